@@ -18,5 +18,6 @@ struct Registration {
 };
 
 Registration register_round(CLI::App& app);
+Registration register_info(CLI::App& app);
 
 }  // namespace lpdiag::cli

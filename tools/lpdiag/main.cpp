@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   app.footer("Exit codes: 0 success, 1 finding (bias or chain found), 2 unusable input or failure.");
 
   std::vector<Registration> commands;
+  commands.push_back(register_info(app));
   commands.push_back(register_round(app));
 
   // CLI11 reports an unknown first word as "a subcommand is required"; say what was typed.

@@ -1,0 +1,444 @@
+#include "lpdiag/trace/trace_writer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <limits>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <iostream>
+
+#include "event_type.hpp"
+#include "h5.hpp"
+#include "lpdiag/error.hpp"
+#include "trace_schema.hpp"
+
+namespace lpdiag {
+
+using schema::Elem;
+using Extract = std::function<void(const TraceRecord&, unsigned char*)>;
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+hid_t mem_type(Elem e) {
+  switch (e) {
+    case Elem::i64: return H5T_NATIVE_INT64;
+    case Elem::f64: return H5T_NATIVE_DOUBLE;
+    case Elem::f32: return H5T_NATIVE_FLOAT;
+  }
+  return H5T_NATIVE_DOUBLE;
+}
+
+hid_t file_type(Elem e) {
+  switch (e) {
+    case Elem::i64: return H5T_STD_I64LE;
+    case Elem::f64: return H5T_IEEE_F64LE;
+    case Elem::f32: return H5T_IEEE_F32LE;
+  }
+  return H5T_IEEE_F64LE;
+}
+
+}  // namespace
+
+// One extendible dataset and the rows waiting to be written to it.
+struct Column {
+  h5::Handle dset;
+  Elem elem;
+  hsize_t width;  // 1 for [T], H for [T,H]
+  Extract extract;
+  std::vector<unsigned char> pending;
+  hsize_t rows_on_disk = 0;
+};
+
+struct TraceWriter::Impl {
+  std::string path;
+  TraceLayout layout;
+  TraceWriterOptions opt;
+  h5::Handle file;
+  std::vector<Column> columns;  // everything but /step
+  Column step;
+  h5::Handle events;
+  h5::Handle event_type;
+  std::vector<schema::EventRow> pending_events;
+  hsize_t events_on_disk = 0;
+  std::int64_t pending_rows = 0;
+  std::int64_t last_step = 0;
+  bool any_step = false;
+  bool failed = false;
+  bool closed = false;
+  std::string error;
+  std::int64_t dropped = 0;
+
+  void create(const TraceHeader& header);
+  h5::Handle make_group(const std::string& p);
+  Column make_column(const std::string& p, Elem e, hsize_t width, Extract ex);
+  void write_column(Column& c);
+  void write_events();
+  void do_flush();
+  void check_headroom() const;
+  void report_failure(const std::string& msg);
+};
+
+h5::Handle TraceWriter::Impl::make_group(const std::string& p) {
+  return h5::group_handle(H5Gcreate2(file.get(), p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                          h5::Failure::write, path, "creating group " + p);
+}
+
+Column TraceWriter::Impl::make_column(const std::string& p, Elem e, hsize_t width, Extract ex) {
+  const int rank = width == 1 ? 1 : 2;
+  hsize_t dims[2] = {0, width};
+  hsize_t maxdims[2] = {H5S_UNLIMITED, width};
+  hsize_t chunk[2] = {static_cast<hsize_t>(opt.chunk_rows), width};
+  h5::Handle space = h5::space_handle(H5Screate_simple(rank, dims, maxdims), h5::Failure::write, path, "dataspace for " + p);
+  h5::Handle dcpl = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), h5::Failure::write, path, "properties for " + p);
+  h5::checked(H5Pset_chunk(dcpl.get(), rank, chunk), h5::Failure::write, path, "chunking " + p);
+  if (opt.compression > 0) {
+    h5::checked(H5Pset_shuffle(dcpl.get()), h5::Failure::write, path, "shuffle filter for " + p);
+    h5::checked(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(opt.compression)), h5::Failure::write, path,
+                "deflate filter for " + p);
+  }
+  // Rows extended but never written read as "unmeasured".
+  const std::int64_t fill_i = -1;
+  const double fill_d = std::nan("");
+  const float fill_f = std::nanf("");
+  const void* fill = e == Elem::i64 ? static_cast<const void*>(&fill_i)
+                     : e == Elem::f64 ? static_cast<const void*>(&fill_d)
+                                      : static_cast<const void*>(&fill_f);
+  h5::checked(H5Pset_fill_value(dcpl.get(), mem_type(e), fill), h5::Failure::write, path, "fill value for " + p);
+  Column c;
+  c.dset = h5::dataset_handle(
+      H5Dcreate2(file.get(), p.c_str(), file_type(e), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+      h5::Failure::write, path, "creating dataset " + p);
+  c.elem = e;
+  c.width = width;
+  c.extract = std::move(ex);
+  return c;
+}
+
+void TraceWriter::Impl::create(const TraceHeader& header) {
+  h5::silence_errors();
+  h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), h5::Failure::write, path, "file access properties");
+  // SWMR needs the latest file format (superblock v3).
+  h5::checked(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), h5::Failure::write, path,
+              "selecting the SWMR file format");
+  file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), h5::Failure::write, path,
+                         "cannot create the trace file (check the directory exists and is writable)");
+  const hid_t root = file.get();
+  h5::write_attr_string(root, "lpdiag_format", schema::kFormat, path);
+  h5::write_attr_i64(root, "lpdiag_version", schema::kVersion, path);
+  h5::write_attr_string(root, "producer", header.producer.empty() ? "lpdiag 0.1.0" : header.producer, path);
+  h5::write_attr_string(root, "created_utc", header.created_utc.empty() ? utc_now() : header.created_utc, path);
+  h5::write_attr_string(root, "run_config", header.run_config, path);
+  h5::write_attr_i64(root, "rank", header.rank, path);
+  h5::write_attr_i64(root, "world_size", header.world_size, path);
+
+  step = make_column("/step", Elem::i64, 1, [](const TraceRecord& r, unsigned char* out) {
+    std::memcpy(out, &r.step, 8);
+  });
+
+  make_group("/scalars");
+  for (std::size_t i = 0; i < layout.scalars.size(); ++i)
+    columns.push_back(make_column("/scalars/" + layout.scalars[i], Elem::f64, 1,
+                                  [i](const TraceRecord& r, unsigned char* out) { std::memcpy(out, &r.scalars[i], 8); }));
+
+  make_group("/attention");
+  for (std::size_t l = 0; l < layout.attention.size(); ++l) {
+    const AttentionLayerSpec& a = layout.attention[l];
+    const std::string g = "/attention/" + a.name;
+    h5::Handle grp = make_group(g);
+    h5::write_attr_i64(grp.get(), "layer_index", a.layer_index, path);
+    h5::write_attr_i64(grp.get(), "n_heads", a.n_heads, path);
+    h5::write_attr_i64(grp.get(), "head_dim", a.head_dim, path);
+    h5::write_attr_string(grp.get(), "policy", a.policy, path);
+    h5::write_attr_string(grp.get(), "fix", a.fix, path);
+    for (const schema::HeadField& f : schema::kHeadFields) {
+      const std::size_t sz = schema::elem_size(f.elem);
+      const std::size_t off = f.offset;
+      columns.push_back(make_column(g + "/" + f.name, f.elem, static_cast<hsize_t>(a.n_heads),
+                                    [l, off, sz](const TraceRecord& r, unsigned char* out) {
+                                      for (const HeadCounters& h : r.attention[l]) {
+                                        std::memcpy(out, reinterpret_cast<const unsigned char*>(&h) + off, sz);
+                                        out += sz;
+                                      }
+                                    }));
+    }
+  }
+
+  make_group("/weights");
+  make_group("/updates");
+  for (std::size_t m = 0; m < layout.matrices.size(); ++m) {
+    const MatrixSpec& s = layout.matrices[m];
+    for (const char* top : {"/weights/", "/updates/"}) {
+      h5::Handle grp = make_group(top + s.name);
+      h5::write_attr_string(grp.get(), "role", s.role, path);
+      h5::write_attr_i64(grp.get(), "layer_index", s.layer_index, path);
+      h5::write_attr_i64(grp.get(), "rows", s.rows, path);
+      h5::write_attr_i64(grp.get(), "cols", s.cols, path);
+      h5::write_attr_i64(grp.get(), "n_heads", s.n_heads, path);
+      h5::write_attr_string(grp.get(), "source", s.source, path);
+    }
+    const std::string w = "/weights/" + s.name + "/", u = "/updates/" + s.name + "/";
+    columns.push_back(make_column(w + "spectral_norm", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].spectral_norm, 8); }));
+    columns.push_back(make_column(w + "frobenius_norm", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].frobenius_norm, 8); }));
+    columns.push_back(make_column(w + "stable_rank", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].stable_rank, 8); }));
+    if (s.n_heads > 0)
+      columns.push_back(make_column(w + "head_spectral_norm", Elem::f64, static_cast<hsize_t>(s.n_heads),
+                                    [m](const TraceRecord& r, unsigned char* o) {
+                                      const auto& v = r.weights[m].head_spectral_norm;
+                                      std::memcpy(o, v.data(), v.size() * 8);
+                                    }));
+    columns.push_back(make_column(u + "sigma1", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].sigma1, 8); }));
+    columns.push_back(make_column(u + "concentration", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].concentration, 8); }));
+    columns.push_back(make_column(u + "similarity_prev", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].similarity_prev, 8); }));
+  }
+
+  make_group("/activations");
+  for (std::size_t i = 0; i < layout.activations.size(); ++i) {
+    const std::string g = "/activations/" + layout.activations[i].name;
+    h5::Handle grp = make_group(g);
+    h5::write_attr_i64(grp.get(), "layer_index", layout.activations[i].layer_index, path);
+    columns.push_back(make_column(g + "/max_abs", Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].max_abs, 4); }));
+    columns.push_back(make_column(g + "/rms", Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].rms, 4); }));
+  }
+
+  // /events: compound, extendible.
+  event_type = h5::event_row_type(h5::Failure::write, path);
+  {
+    hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {64};
+    h5::Handle space = h5::space_handle(H5Screate_simple(1, dims, maxdims), h5::Failure::write, path, "event dataspace");
+    h5::Handle dcpl = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), h5::Failure::write, path, "event properties");
+    h5::checked(H5Pset_chunk(dcpl.get(), 1, chunk), h5::Failure::write, path, "event chunking");
+    events = h5::dataset_handle(H5Dcreate2(file.get(), "/events", event_type.get(), space.get(), H5P_DEFAULT,
+                                           dcpl.get(), H5P_DEFAULT),
+                                h5::Failure::write, path, "creating /events");
+  }
+
+  h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing the new trace");
+  if (opt.swmr)
+    h5::checked(H5Fstart_swmr_write(file.get()), h5::Failure::write, path, "switching to SWMR write mode");
+}
+
+void TraceWriter::Impl::write_column(Column& c) {
+  const std::size_t row_bytes = schema::elem_size(c.elem) * c.width;
+  const hsize_t n = c.pending.size() / row_bytes;
+  if (n == 0) return;
+  const hsize_t new_rows = c.rows_on_disk + n;
+  hsize_t dims[2] = {new_rows, c.width};
+  h5::checked(H5Dset_extent(c.dset.get(), dims), h5::Failure::write, path, "extending a dataset");
+  h5::Handle fspace = h5::space_handle(H5Dget_space(c.dset.get()), h5::Failure::write, path, "dataset space");
+  hsize_t start[2] = {c.rows_on_disk, 0}, count[2] = {n, c.width};
+  h5::checked(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), h5::Failure::write,
+              path, "selecting rows");
+  h5::Handle mspace = h5::space_handle(H5Screate_simple(c.width == 1 ? 1 : 2, count, nullptr), h5::Failure::write,
+                                       path, "memory space");
+  h5::checked(H5Dwrite(c.dset.get(), mem_type(c.elem), mspace.get(), fspace.get(), H5P_DEFAULT, c.pending.data()),
+              h5::Failure::write, path, "writing rows");
+  c.rows_on_disk = new_rows;
+  c.pending.clear();
+}
+
+void TraceWriter::Impl::write_events() {
+  if (pending_events.empty()) return;
+  const hsize_t n = pending_events.size();
+  hsize_t dims[1] = {events_on_disk + n};
+  h5::checked(H5Dset_extent(events.get(), dims), h5::Failure::write, path, "extending /events");
+  h5::Handle fspace = h5::space_handle(H5Dget_space(events.get()), h5::Failure::write, path, "event space");
+  hsize_t start[1] = {events_on_disk}, count[1] = {n};
+  h5::checked(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), h5::Failure::write,
+              path, "selecting events");
+  h5::Handle mspace = h5::space_handle(H5Screate_simple(1, count, nullptr), h5::Failure::write, path, "event space");
+  h5::checked(H5Dwrite(events.get(), event_type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, pending_events.data()),
+              h5::Failure::write, path, "writing events");
+  events_on_disk += n;
+  pending_events.clear();
+}
+
+// HDF5 records the end of its allocated space in the superblock before the data lands; a write
+// cut short by a full disk or a file-size limit leaves a file HDF5 refuses to open ("truncated
+// file"). So a flush that might not fit is not started: the writer stops with the file intact.
+void TraceWriter::Impl::check_headroom() const {
+  std::uintmax_t room = std::numeric_limits<std::uintmax_t>::max();
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  rlimit lim{};
+  if (!ec && getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    room = lim.rlim_cur > size ? lim.rlim_cur - size : 0;
+  struct statvfs vfs{};
+  const std::string dir = std::filesystem::absolute(path, ec).parent_path().string();
+  if (statvfs(dir.c_str(), &vfs) == 0) room = std::min<std::uintmax_t>(room, std::uintmax_t(vfs.f_bavail) * vfs.f_frsize);
+  // Worst case: every dataset starts new chunks for the pending rows, uncompressed, plus
+  // metadata (chunk indexes, object headers, the events) and a reserve for the final close.
+  std::uintmax_t need = 512 * 1024;
+  const auto rows = static_cast<std::uintmax_t>(pending_rows);
+  const auto chunk = static_cast<std::uintmax_t>(opt.chunk_rows);
+  auto add = [&](const Column& c) {
+    need += (rows / chunk + 2) * chunk * schema::elem_size(c.elem) * c.width;
+  };
+  for (const Column& c : columns) add(c);
+  add(step);
+  need += pending_events.size() * sizeof(schema::EventRow) + 64 * sizeof(schema::EventRow);
+  if (room < need)
+    throw WriteError(path + ": no room for the next flush (" + std::to_string(room) + " bytes left under the disk or "
+                     "file-size limit, a flush may need " + std::to_string(need) + "); later records are dropped");
+}
+
+void TraceWriter::Impl::do_flush() {
+  check_headroom();
+  // Phase 1: every dataset but /step, and the events. Phase 2: /step, the commit point.
+  for (Column& c : columns) write_column(c);
+  write_events();
+  h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing records");
+  if (!step.pending.empty()) {
+    write_column(step);
+    h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing /step");
+  }
+  pending_rows = 0;
+}
+
+void TraceWriter::Impl::report_failure(const std::string& msg) {
+  failed = true;
+  error = msg;
+  if (opt.on_error) opt.on_error(msg);
+  else std::cerr << "lpdiag: trace writer stopped: " << msg << "\n";
+  // Record the failure in the file if it still takes writes (it often will not).
+  try {
+    for (Column& c : columns) c.pending.clear();
+    step.pending.clear();
+    schema::EventRow e{};
+    e.step = last_step;
+    std::strncpy(e.kind, "writer_error", sizeof e.kind - 1);
+    e.layer_index = -1;
+    e.head = -1;
+    e.value = std::nan("");
+    std::strncpy(e.message, msg.c_str(), sizeof e.message - 1);
+    pending_events.assign(1, e);
+    write_events();
+    H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+  } catch (const Error&) {
+  }
+  pending_events.clear();
+  H5Eclear2(H5E_DEFAULT);
+}
+
+TraceWriter::TraceWriter(const std::string& path, const TraceLayout& layout, const TraceHeader& header,
+                         const TraceWriterOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->layout = layout;
+  impl_->opt = options;
+  if (impl_->opt.flush_every < 1) throw InvalidArgument("TraceWriter: flush_every must be >= 1");
+  if (impl_->opt.compression < 0 || impl_->opt.compression > 9)
+    throw InvalidArgument("TraceWriter: compression must be 0..9");
+  if (impl_->opt.chunk_rows < 1) throw InvalidArgument("TraceWriter: chunk_rows must be >= 1");
+  for (const auto& m : layout.matrices)
+    if (!is_valid_role(m.role)) throw InvalidArgument("TraceWriter: matrix " + m.name + " has unknown role '" + m.role + "'");
+  for (const auto& a : layout.attention)
+    if (a.n_heads < 1) throw InvalidArgument("TraceWriter: attention layer " + a.name + " needs n_heads >= 1");
+  impl_->create(header);
+}
+
+TraceWriter::~TraceWriter() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void TraceWriter::append(const TraceRecord& r) {
+  Impl& s = *impl_;
+  if (s.closed) throw InvalidArgument(s.path + ": append after close");
+  const TraceLayout& L = s.layout;
+  if (r.scalars.size() != L.scalars.size() || r.attention.size() != L.attention.size() ||
+      r.weights.size() != L.matrices.size() || r.updates.size() != L.matrices.size() ||
+      r.activations.size() != L.activations.size())
+    throw InvalidArgument(s.path + ": record does not match the trace layout (use TraceRecord::unmeasured(layout, step))");
+  for (std::size_t l = 0; l < L.attention.size(); ++l)
+    if (static_cast<std::int64_t>(r.attention[l].size()) != L.attention[l].n_heads)
+      throw InvalidArgument(s.path + ": attention layer " + L.attention[l].name + " expects " +
+                            std::to_string(L.attention[l].n_heads) + " heads");
+  for (std::size_t m = 0; m < L.matrices.size(); ++m)
+    if (L.matrices[m].n_heads > 0 &&
+        static_cast<std::int64_t>(r.weights[m].head_spectral_norm.size()) != L.matrices[m].n_heads)
+      throw InvalidArgument(s.path + ": matrix " + L.matrices[m].name + " expects " +
+                            std::to_string(L.matrices[m].n_heads) + " head spectral norms");
+  if (s.any_step && r.step <= s.last_step)
+    throw InvalidArgument(s.path + ": steps must increase (got " + std::to_string(r.step) + " after " +
+                          std::to_string(s.last_step) + ")");
+  s.last_step = r.step;
+  s.any_step = true;
+  if (s.failed) {
+    ++s.dropped;
+    if (s.opt.stop_on_error) throw WriteError(s.path + ": " + s.error);
+    return;
+  }
+  auto push = [&r](Column& c) {
+    const std::size_t row_bytes = schema::elem_size(c.elem) * c.width;
+    const std::size_t at = c.pending.size();
+    c.pending.resize(at + row_bytes);
+    c.extract(r, c.pending.data() + at);
+  };
+  for (Column& c : s.columns) push(c);
+  push(s.step);
+  if (++s.pending_rows >= s.opt.flush_every) flush();
+}
+
+void TraceWriter::add_event(const TraceEvent& ev) {
+  Impl& s = *impl_;
+  if (s.failed || s.closed) return;
+  schema::EventRow e{};
+  e.step = ev.step;
+  std::strncpy(e.kind, ev.kind.c_str(), sizeof e.kind - 1);
+  e.layer_index = ev.layer_index;
+  e.head = ev.head;
+  e.value = ev.value;
+  std::strncpy(e.message, ev.message.c_str(), sizeof e.message - 1);
+  s.pending_events.push_back(e);
+}
+
+void TraceWriter::flush() {
+  Impl& s = *impl_;
+  if (s.failed) {
+    if (s.opt.stop_on_error) throw WriteError(s.path + ": " + s.error);
+    return;
+  }
+  if (s.closed) return;
+  try {
+    s.do_flush();
+  } catch (const Error& e) {
+    s.report_failure(e.what());
+    if (s.opt.stop_on_error) throw;
+  }
+}
+
+void TraceWriter::close() {
+  Impl& s = *impl_;
+  if (s.closed) return;
+  flush();
+  s.closed = true;
+  for (Column& c : s.columns) c.dset.reset();
+  s.step.dset.reset();
+  s.events.reset();
+  s.event_type.reset();
+  if (s.file.reset() < 0 && !s.failed) s.report_failure(s.path + ": closing the trace failed (" + h5::last_error() + ")");
+  H5Eclear2(H5E_DEFAULT);
+}
+
+const TraceLayout& TraceWriter::layout() const { return impl_->layout; }
+const std::string& TraceWriter::path() const { return impl_->path; }
+bool TraceWriter::failed() const { return impl_->failed; }
+const std::string& TraceWriter::error() const { return impl_->error; }
+std::int64_t TraceWriter::records_committed() const { return static_cast<std::int64_t>(impl_->step.rows_on_disk); }
+std::int64_t TraceWriter::records_dropped() const { return impl_->dropped; }
+
+}  // namespace lpdiag

@@ -1,0 +1,209 @@
+// A writer killed with SIGKILL at random moments leaves a readable trace holding every record up
+// to its last completed flush; a reader can follow a live trace through SWMR.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "catch_compat.hpp"
+#include "lpdiag/error.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/trace/trace_writer.hpp"
+#include "trace_fixture.hpp"
+
+using namespace lpdiag;
+using namespace lpdiag::testing;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("lpdiag-crash-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+// Child: appends forever, writing the committed record count to `fd` after every flush.
+[[noreturn]] void run_writer(const std::string& path, int flush_every, int fd, int sleep_us) {
+  try {
+    const TraceLayout L = fixture_layout(4, 6);
+    TraceWriterOptions opt;
+    opt.flush_every = flush_every;
+    opt.chunk_rows = 8;
+    TraceWriter w(path, L, {}, opt);
+    const std::int64_t zero = 0;
+    if (write(fd, &zero, sizeof zero) != sizeof zero) _exit(3);
+    for (std::int64_t step = 0;; ++step) {
+      w.append(fixture_record(L, step));
+      if ((step + 1) % flush_every == 0) {
+        const std::int64_t done = w.records_committed();
+        if (write(fd, &done, sizeof done) != sizeof done) _exit(3);
+      }
+      if (sleep_us) usleep(static_cast<useconds_t>(sleep_us));
+    }
+  } catch (...) {
+    _exit(2);
+  }
+}
+
+void check_rows(const TraceReader& r) {
+  const std::int64_t n = r.records();
+  const auto steps = r.steps(0, n);
+  const auto loss = r.series("/scalars/loss", 0, n);
+  const auto sig = r.series("/weights/h.3.attn.q/head_spectral_norm", 0, n);
+  const auto att = r.attention(3, 0, n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    REQUIRE(steps[i] == i);
+    REQUIRE(loss[i] == fx(i, 0));
+    REQUIRE(sig[i * 6 + 5] == fx(i, 6, 7));
+    REQUIRE(att[i * 6 + 2].rows == i * 1000 + 32);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at random moments: the trace stays readable up to the last flush", "[trace][crash]") {
+  const std::uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int trials = 24;
+  const int flush_every = 5;
+  int nonempty = 0;
+  for (int t = 0; t < trials; ++t) {
+    const std::string path = temp_path("killed." + std::to_string(t) + ".h5");
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(fds[0]);
+      run_writer(path, flush_every, fds[1], 0);
+    }
+    close(fds[1]);
+    std::int64_t committed = -1, v = 0;
+    REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);  // file created and switched to SWMR
+    committed = v;
+    // Kill somewhere between the first flushes and a few hundred records.
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 150000)(rng)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    while (read(fds[0], &v, sizeof v) == sizeof v) committed = v;
+    close(fds[0]);
+    INFO("trial " << t << ": last reported flush " << committed);
+    TraceReader r(path);  // must not throw
+    CHECK(r.records() >= committed);
+    CHECK(r.records() % flush_every == 0);
+    check_rows(r);
+    nonempty += r.records() > 0;
+  }
+  CHECK(nonempty >= trials / 2);  // the kills did land mid-run, not only before the first flush
+}
+
+TEST_CASE("a reader follows a live trace through SWMR and sees new records appear", "[trace][swmr]") {
+  const std::string path = temp_path("live.h5");
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    run_writer(path, 1, fds[1], 20000);
+  }
+  close(fds[1]);
+  std::int64_t v = 0;
+  REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);
+  REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);  // first record committed
+  TraceReader r(path);
+  CHECK(r.live());
+  const std::int64_t first = r.records();
+  std::int64_t last = first;
+  int growths = 0;
+  for (int i = 0; i < 40 && growths < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const std::int64_t now = r.refresh();
+    CHECK(now >= last);
+    if (now > last) ++growths;
+    last = now;
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  close(fds[0]);
+  CHECK(growths >= 5);
+  CHECK(last > first);
+  check_rows(r);
+}
+
+TEST_CASE("a full disk (RLIMIT_FSIZE): one report, an intact prefix, training goes on", "[trace][io-error]") {
+  const std::string path = temp_path("full.h5");
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // get EFBIG from write() instead of being killed
+    rlimit lim{1024 * 1024, 1024 * 1024};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int reports = 0;
+    try {
+      const TraceLayout L = fixture_layout(4, 6);
+      TraceWriterOptions opt;
+      opt.flush_every = 10;
+      opt.chunk_rows = 16;
+      opt.on_error = [&](const std::string&) { ++reports; };
+      TraceWriter w(path, L, {}, opt);
+      std::int64_t step = 0;
+      for (; step < 100000 && w.records_dropped() < 50; ++step) w.append(fixture_record(L, step));
+      w.close();
+      if (!w.failed()) _exit(10);                 // the limit was never hit
+      if (w.records_committed() < 10) _exit(11);  // nothing landed before it
+    } catch (...) {
+      _exit(12);  // the error escaped into the "training loop"
+    }
+    _exit(reports == 1 ? 0 : 13);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  TraceReader r(path);
+  CHECK(r.records() >= 10);
+  check_rows(r);
+  const auto ev = r.events();
+  REQUIRE_FALSE(ev.empty());
+  CHECK(ev.back().kind == "writer_error");
+}
+
+TEST_CASE("stop_on_error: a write failure throws WriteError to the caller", "[trace][io-error]") {
+  const std::string path = temp_path("full-stop.h5");
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{1024 * 1024, 1024 * 1024};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    const TraceLayout L = fixture_layout(4, 6);
+    TraceWriterOptions opt;
+    opt.flush_every = 10;
+    opt.stop_on_error = true;
+    opt.on_error = [](const std::string&) {};
+    try {
+      TraceWriter w(path, L, {}, opt);
+      for (std::int64_t step = 0; step < 100000; ++step) w.append(fixture_record(L, step));
+    } catch (const WriteError&) {
+      _exit(0);
+    } catch (...) {
+      _exit(2);
+    }
+    _exit(1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}

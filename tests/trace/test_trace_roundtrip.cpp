@@ -1,0 +1,140 @@
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "catch_compat.hpp"
+#include "lpdiag/error.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/trace/trace_writer.hpp"
+#include "trace_fixture.hpp"
+
+using namespace lpdiag;
+using namespace lpdiag::testing;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("lpdiag-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+}  // namespace
+
+TEST_CASE("a trace round-trips: metadata, layout, every series, unmeasured fill, events", "[trace]") {
+  const std::string path = temp_path("roundtrip.h5");
+  const TraceLayout L = fixture_layout(3, 4);
+  TraceHeader hdr;
+  hdr.producer = "lpdiag test";
+  hdr.run_config = R"({"n_layer":3,"lr":0.001})";
+  hdr.rank = 1;
+  hdr.world_size = 2;
+  TraceWriterOptions opt;
+  opt.flush_every = 7;
+  opt.chunk_rows = 16;
+  opt.compression = 4;
+  const int n = 250;
+  {
+    TraceWriter w(path, L, hdr, opt);
+    for (int i = 0; i < n; ++i) {
+      w.append(fixture_record(L, 3 * i + 1));  // irregular stride is fine; only increase matters
+      if (i % 50 == 0) w.add_event({3 * i + 1, "nan_inf", 1, 2, 3.5, "message " + std::to_string(i)});
+    }
+    w.add_event({0, std::string(40, 'k'), -1, -1, 0.0, std::string(300, 'm')});  // cut to fit
+  }
+  TraceReader r(path);
+  CHECK(r.meta().format == "lpdiag-trace");
+  CHECK(r.meta().version == 1);
+  CHECK(r.meta().producer == "lpdiag test");
+  CHECK(r.meta().run_config == hdr.run_config);
+  CHECK(r.meta().rank == 1);
+  CHECK(r.meta().world_size == 2);
+  CHECK_FALSE(r.live());
+  REQUIRE(r.records() == n);
+  CHECK(r.layout().scalars.size() == L.scalars.size());
+  REQUIRE(r.layout().attention.size() == 3);
+  REQUIRE(r.attention_layer(2) != nullptr);
+  CHECK(r.attention_layer(2)->n_heads == 4);
+  CHECK(r.attention_layer(2)->fix == R"({"kind":"none"})");
+  CHECK(r.attention_layer(7) == nullptr);
+  CHECK(r.matrices("attn_q").size() == 3);
+  CHECK(r.matrices("mlp_in").size() == 3);
+  CHECK(r.matrices("attn_v").empty());
+
+  const auto steps = r.steps(0, n);
+  for (int i = 0; i < n; ++i) REQUIRE(steps[i] == 3 * i + 1);
+  const auto loss = r.series("/scalars/loss", 10, 20);
+  for (int i = 0; i < 20; ++i) REQUIRE(loss[i] == fx(3 * (10 + i) + 1, 0));
+  // Scalars are read back in name order; look them up by name.
+  const auto tps = r.series("/scalars/tokens_per_s", 0, n);
+  for (int i = 0; i < n; ++i) REQUIRE(tps[i] == fx(3 * i + 1, 3));
+
+  const auto att = r.attention(1, 100, 5);
+  REQUIRE(att.size() == 5 * 4);
+  for (int i = 0; i < 5; ++i)
+    for (int h = 0; h < 4; ++h) {
+      const std::int64_t step = 3 * (100 + i) + 1;
+      const HeadCounters& c = att[i * 4 + h];
+      REQUIRE(c.rows == step * 1000 + 10 + h);
+      REQUIRE(c.repeated_max_rows == step + h);
+      REQUIRE(c.o_err_sum == -fx(step, 1, h));
+      REQUIRE(c.delta_err_sum == fx(step, h, 1));
+      REQUIRE(c.logit_max == static_cast<float>(fx(step, 1 + h)));
+      REQUIRE(c.tile_repeated_max_rows == 0);
+    }
+  const std::string q = r.matrices("attn_q")[0]->name;
+  CHECK(r.width("/weights/" + q + "/head_spectral_norm") == 4);
+  const auto hs = r.series("/weights/" + q + "/head_spectral_norm", 3, 1);
+  CHECK(hs[2] == fx(3 * 3 + 1, 0, 4));
+  const auto sig = r.series("/updates/" + q + "/sigma1", 0, 2);
+  CHECK(std::isnan(sig[0]));  // step 1 is odd: not measured
+  CHECK(sig[1] == fx(4, 0, 3));
+  const auto fro = r.series("/weights/" + q + "/frobenius_norm", 0, 1);
+  CHECK(std::isnan(fro[0]));
+
+  const auto ev = r.events();
+  REQUIRE(ev.size() == 6);
+  CHECK(ev[1].step == 151);
+  CHECK(ev[1].kind == "nan_inf");
+  CHECK(ev[1].layer_index == 1);
+  CHECK(ev[1].head == 2);
+  CHECK(ev[1].value == 3.5);
+  CHECK(ev[1].message == "message 50");
+  CHECK(ev[5].kind.size() == 31);
+  CHECK(ev[5].message.size() == 127);
+
+  CHECK_THROWS_AS(r.series("/scalars/loss", n - 1, 2), InvalidArgument);
+  CHECK_THROWS_AS(r.series("/scalars/nope", 0, 1), InvalidArgument);
+}
+
+TEST_CASE("the writer rejects records that do not fit the layout, and non-increasing steps", "[trace]") {
+  const std::string path = temp_path("reject.h5");
+  const TraceLayout L = fixture_layout();
+  TraceWriter w(path, L);
+  w.append(fixture_record(L, 5));
+  CHECK_THROWS_AS(w.append(fixture_record(L, 5)), InvalidArgument);
+  CHECK_THROWS_AS(w.append(fixture_record(L, 4)), InvalidArgument);
+  TraceRecord bad = fixture_record(L, 9);
+  bad.attention[0].pop_back();
+  CHECK_THROWS_AS(w.append(bad), InvalidArgument);
+  bad = fixture_record(L, 9);
+  bad.scalars.push_back(1.0);
+  CHECK_THROWS_AS(w.append(bad), InvalidArgument);
+  w.append(fixture_record(L, 9));
+  w.close();
+  CHECK(TraceReader(path).records() == 2);
+}
+
+TEST_CASE("a trace path that cannot be written fails at construction", "[trace]") {
+  CHECK_THROWS_AS(TraceWriter("/nonexistent-dir/x/run.h5", fixture_layout()), WriteError);
+  TraceLayout L = fixture_layout();
+  L.matrices[0].role = "attn_z";
+  CHECK_THROWS_AS(TraceWriter(temp_path("role.h5"), L), InvalidArgument);
+}
+
+TEST_CASE("an empty trace (no records) is valid", "[trace]") {
+  const std::string path = temp_path("empty.h5");
+  { TraceWriter w(path, fixture_layout()); }
+  TraceReader r(path);
+  CHECK(r.records() == 0);
+  CHECK(r.steps(0, 0).empty());
+  CHECK(r.event_count() == 0);
+}
