@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -72,7 +73,8 @@ TEST_CASE("SIGKILL at random moments: the trace stays readable up to the last fl
   const std::uint64_t seed = std::random_device{}();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
-  const int trials = 24;
+  const char* env = std::getenv("LPDIAG_CRASH_TRIALS");
+  const int trials = env ? std::atoi(env) : 24;
   const int flush_every = 5;
   int nonempty = 0;
   for (int t = 0; t < trials; ++t) {

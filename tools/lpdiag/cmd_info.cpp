@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lpdiag/command.hpp"
+#include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 
 namespace lpdiag::cli {
@@ -34,6 +35,7 @@ std::string config_summary(const std::string& text) {
 }
 
 int run_info(const InfoArgs& a) {
+  preflight_trace(a.path);
   TraceReader r(a.path);
   const TraceMeta& m = r.meta();
   const std::int64_t n = r.records();

@@ -79,7 +79,11 @@ void TraceReader::Impl::open() {
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     H5Eclear2(H5E_DEFAULT);
-    f = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+    // A SWMR reader retries a metadata checksum failure (a writer may be mid-write) up to 100
+    // times with growing sleeps by default; on a corrupt file that is minutes of waiting.
+    h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), h5::Failure::input, path, "file access properties");
+    H5Pset_metadata_read_attempts(fapl.get(), 8);
+    f = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get());
     swmr = f >= 0;
   }
   if (f < 0) h5::fail(h5::Failure::input, path, "cannot open the HDF5 file (truncated or corrupt?)");

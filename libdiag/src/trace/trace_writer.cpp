@@ -1,6 +1,7 @@
 #include "lpdiag/trace/trace_writer.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -132,6 +133,11 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   // SWMR needs the latest file format (superblock v3).
   h5::checked(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), h5::Failure::write, path,
               "selecting the SWMR file format");
+  // A buffered write() that spans pages can be cut between pages by SIGKILL; a metadata block
+  // torn that way fails its checksum forever. Keep every metadata block inside one 4 KiB page:
+  // small metadata comes from 4 KiB aggregator blocks, and every allocation is page-aligned.
+  h5::checked(H5Pset_meta_block_size(fapl.get(), 4096), h5::Failure::write, path, "metadata block size");
+  h5::checked(H5Pset_alignment(fapl.get(), 1, 4096), h5::Failure::write, path, "page alignment");
   file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), h5::Failure::write, path,
                          "cannot create the trace file (check the directory exists and is writable)");
   const hid_t root = file.get();

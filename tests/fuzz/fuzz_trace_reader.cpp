@@ -1,0 +1,49 @@
+// libFuzzer target: arbitrary bytes as a trace or capture file, opened the way the CLI opens
+// them: preflight in a child process, then the real read in this process. Any lpdiag::Error is
+// a correct answer; a crash or hang here (after the preflight passed) or an uncaught exception is
+// a bug. Coverage guidance comes from the in-process read of inputs that pass the preflight.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "lpdiag/error.hpp"
+#include "lpdiag/trace/capture.hpp"
+#include "lpdiag/trace/preflight.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
+
+namespace {
+std::string scratch_path() {
+  const char* dir = std::getenv("LPDIAG_FUZZ_DIR");
+  return std::string(dir ? dir : "/tmp") + "/lpdiag-fuzz-" + std::to_string(::getpid()) + ".h5";
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const std::string path = scratch_path();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return 0;
+  std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  try {
+    lpdiag::preflight_trace(path);
+    lpdiag::TraceReader r(path);
+    const std::int64_t n = r.records();
+    if (n > 0) {
+      const std::int64_t take = n < 64 ? n : 64;
+      r.steps(0, take);
+      for (const auto& s : r.layout().scalars) r.series("/scalars/" + s, 0, take);
+      for (const auto& a : r.layout().attention) r.attention(a.layer_index, 0, take);
+      for (const auto& m : r.layout().matrices) r.series("/weights/" + m.name + "/spectral_norm", 0, take);
+    }
+    r.events();
+  } catch (const lpdiag::Error&) {
+  }
+  try {
+    lpdiag::preflight_capture(path);
+    lpdiag::read_capture(path);
+  } catch (const lpdiag::Error&) {
+  }
+  return 0;
+}
