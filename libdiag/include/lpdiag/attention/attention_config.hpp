@@ -1,0 +1,44 @@
+// The numerics an attention run declares: policy (DESIGN.md "Kernel numerics policies"), the
+// stabilized-shift fix, tile sizes. docs/ATTENTION_NUMERICS.md gives every policy's exact order
+// of operations.
+#pragma once
+#include <string>
+
+#include "lpdiag/numerics/float_format.hpp"
+
+namespace lpdiag {
+
+enum class Policy { fa2, seed, fp32, fp8_p };
+
+const char* policy_name(Policy p);
+Policy parse_policy(const std::string& name);  // "fa2", "seed", "fp32", "fp8-p" (or "fp8-p:e5m2")
+
+struct FixConfig {
+  enum class Kind { none, paper, safe };
+  Kind kind = Kind::none;
+  // paper: a tile row whose max occurs >= 2 times within tol is shifted by m = beta * max when
+  // max > 0 and m = 0 when max < 0 (max == 0 is left alone, as in the authors' code).
+  double tol = 1e-3;
+  double beta = 2.0;
+  // safe: any repeated tile max (including 0) is shifted by m = max + offset, so the max entries
+  // get exp(-offset) (not a power of two, never underflowing) instead of exactly 1.
+  double offset = 0.3;
+
+  std::string name() const;  // "none", "paper", "safe"
+  std::string to_json() const;
+};
+
+// "none", "paper", "safe", "paper:beta=7,tol=1e-3", "safe:offset=0.5,tol=0"
+FixConfig parse_fix(const std::string& text);
+
+struct AttentionConfig {
+  Policy policy = Policy::fa2;
+  FixConfig fix;
+  FormatId fp8_format = FormatId::e4m3;  // fp8-p only
+  int tile_q = 64;   // query rows per tile: affects speed only (rows are independent)
+  int tile_k = 64;   // keys per tile: the online-softmax rescaling points, so it changes numerics
+  bool causal = false;
+  double scale = 0.0;  // alpha; 0 means 1/sqrt(d)
+};
+
+}  // namespace lpdiag

@@ -1,0 +1,79 @@
+#include "lpdiag/attention/attention_config.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lpdiag/error.hpp"
+
+namespace lpdiag {
+
+const char* policy_name(Policy p) {
+  switch (p) {
+    case Policy::fa2: return "fa2";
+    case Policy::seed: return "seed";
+    case Policy::fp32: return "fp32";
+    case Policy::fp8_p: return "fp8-p";
+  }
+  return "?";
+}
+
+Policy parse_policy(const std::string& name) {
+  if (name == "fa2") return Policy::fa2;
+  if (name == "seed") return Policy::seed;
+  if (name == "fp32") return Policy::fp32;
+  if (name == "fp8-p" || name == "fp8-p:e4m3" || name == "fp8-p:e5m2") return Policy::fp8_p;
+  throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, seed, fp32, fp8-p or fp8-p:e5m2");
+}
+
+std::string FixConfig::name() const {
+  switch (kind) {
+    case Kind::none: return "none";
+    case Kind::paper: return "paper";
+    case Kind::safe: return "safe";
+  }
+  return "?";
+}
+
+std::string FixConfig::to_json() const {
+  nlohmann::json j{{"kind", name()}};
+  if (kind != Kind::none) j["tol"] = tol;
+  if (kind == Kind::paper) j["beta"] = beta;
+  if (kind == Kind::safe) j["offset"] = offset;
+  return j.dump();
+}
+
+FixConfig parse_fix(const std::string& text) {
+  FixConfig f;
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  if (kind == "none") f.kind = FixConfig::Kind::none;
+  else if (kind == "paper") f.kind = FixConfig::Kind::paper;
+  else if (kind == "safe") f.kind = FixConfig::Kind::safe;
+  else throw InvalidArgument("unknown fix '" + kind + "'; expected none, paper or safe (e.g. paper:beta=7,tol=1e-3)");
+  if (colon == std::string::npos) return f;
+  if (f.kind == FixConfig::Kind::none) throw InvalidArgument("fix 'none' takes no parameters");
+  std::stringstream ss(text.substr(colon + 1));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw InvalidArgument("fix parameter '" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    double v = 0;
+    std::size_t used = 0;
+    try {
+      v = std::stod(val, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != val.size() || !std::isfinite(v)) throw InvalidArgument("fix parameter '" + key + "' has a bad value '" + val + "'");
+    if (key == "tol" && v >= 0) f.tol = v;
+    else if (key == "beta" && f.kind == FixConfig::Kind::paper && v > 0) f.beta = v;
+    else if (key == "offset" && f.kind == FixConfig::Kind::safe && v > 0) f.offset = v;
+    else throw InvalidArgument("fix " + f.name() + " has no parameter '" + key + "' with value " + val +
+                               " (paper: tol>=0, beta>0; safe: tol>=0, offset>0)");
+  }
+  return f;
+}
+
+}  // namespace lpdiag

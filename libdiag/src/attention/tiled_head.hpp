@@ -1,0 +1,290 @@
+// The tiled FlashAttention-2 algorithm for one (batch, head), written once and specialised at
+// compile time for each numerics mode. Every rounding is an explicit call; the order of
+// operations is the one docs/ATTENTION_NUMERICS.md declares. Private to libdiag.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/numerics/convert.hpp"
+#include "lpdiag/trace/head_counters.hpp"
+
+namespace lpdiag::detail {
+
+enum class Mode { fa2, seed, fp32, fp8, hp };
+
+struct HeadShape {
+  std::int64_t N = 0, d = 0;
+  int tile_q = 64, tile_k = 64;
+  bool causal = false;
+  double scale = 0.0;
+  FixConfig fix;             // ignored by hp: hp always uses the plain running max
+  const FloatFormat* fp8 = nullptr;
+};
+
+template <Mode M>
+using Real = std::conditional_t<M == Mode::hp, double, float>;
+
+inline float bf(float x) { return round_bf16(x); }
+
+// S from the fp32 (hp: fp64) dot-product sum.
+template <Mode M>
+inline Real<M> score(Real<M> sum, double scale) {
+  if constexpr (M == Mode::hp) return scale * sum;
+  else if constexpr (M == Mode::seed) return bf(bf(sum) * static_cast<float>(scale));
+  else return static_cast<float>(scale) * sum;
+}
+
+// exp(a - b) with the policy's rounding of the difference and of the result.
+template <Mode M>
+inline Real<M> exp_diff(Real<M> a, Real<M> b) {
+  if constexpr (M == Mode::seed) return bf(std::exp(bf(a - b)));
+  else return std::exp(a - b);
+}
+
+// The P value fed to a matrix product (P-bar V forward, P^T dO backward).
+template <Mode M>
+inline Real<M> mma_p(Real<M> p, const FloatFormat* fp8, bool forward) {
+  if constexpr (M == Mode::fa2) return bf(p);
+  else if constexpr (M == Mode::fp8) return forward ? static_cast<float>(round_to(p, *fp8)) : bf(p);
+  else return p;  // seed: already bf16; fp32 and hp: unrounded
+}
+
+template <Mode M>
+inline Real<M> mma_ds(Real<M> ds) {
+  if constexpr (M == Mode::fa2 || M == Mode::fp8) return bf(ds);
+  else return ds;
+}
+
+// Final rounding of an output element.
+template <Mode M>
+inline Real<M> out_round(Real<M> x) {
+  if constexpr (M == Mode::fa2 || M == Mode::fp8 || M == Mode::seed) return bf(x);
+  else return x;
+}
+
+// The row's S over key tile [j0, j1): s[j - j0]. kt is K transposed (d x N), so the inner loop
+// runs over keys and each element sums over the feature index in order.
+template <Mode M>
+inline void scores(const HeadShape& hs, const float* qi, const float* kt, std::int64_t j0, std::int64_t j1,
+                   Real<M>* s) {
+  using T = Real<M>;
+  const std::int64_t n = j1 - j0;
+  for (std::int64_t j = 0; j < n; ++j) s[j] = T(0);
+  for (std::int64_t c = 0; c < hs.d; ++c) {
+    const T qc = static_cast<T>(qi[c]);
+    const float* kr = kt + c * hs.N + j0;
+    for (std::int64_t j = 0; j < n; ++j) s[j] += qc * static_cast<T>(kr[j]);
+  }
+  for (std::int64_t j = 0; j < n; ++j) s[j] = score<M>(s[j], hs.scale);
+}
+
+// Forward. o: N x d, lse: N. counters may be null (hp).
+template <Mode M>
+void forward_head(const HeadShape& hs, const float* q, const float* kt, const float* v, Real<M>* o, Real<M>* lse,
+                  HeadCounters* cnt) {
+  using T = Real<M>;
+  const std::int64_t N = hs.N, d = hs.d, Bc = hs.tile_k;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const bool fixed = M != Mode::hp && hs.fix.kind != FixConfig::Kind::none;
+  std::vector<T> s(static_cast<std::size_t>(Bc)), p(static_cast<std::size_t>(Bc)), acc(static_cast<std::size_t>(d)),
+      part(static_cast<std::size_t>(d));
+  for (std::int64_t i = 0; i < N; ++i) {
+    const std::int64_t nk = hs.causal ? i + 1 : N;
+    T m = neg_inf, l = T(0);
+    std::fill(acc.begin(), acc.end(), T(0));
+    T row_max = neg_inf;
+    std::int64_t row_count = 0;
+    bool engaged = false;
+    for (std::int64_t j0 = 0; j0 < nk; j0 += Bc) {
+      const std::int64_t j1 = std::min(nk, j0 + Bc), n = j1 - j0;
+      scores<M>(hs, q + i * d, kt, j0, j1, s.data());
+      T tm = neg_inf;
+      for (std::int64_t j = 0; j < n; ++j) tm = std::max(tm, s[j]);
+      if (cnt) {
+        std::int64_t tc = 0;
+        for (std::int64_t j = 0; j < n; ++j) tc += s[j] == tm;
+        cnt->tile_repeated_max_rows += tc >= 2;
+        if (tm > row_max) row_max = tm, row_count = tc;
+        else if (tm == row_max) row_count += tc;
+        cnt->logit_max = std::max(cnt->logit_max, static_cast<float>(tm));
+      }
+      T shift = tm;
+      if (fixed) {
+        std::int64_t near = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          if constexpr (M == Mode::seed) near += std::fabs(bf(s[j] - tm)) <= hs.fix.tol;
+          else near += (tm - s[j]) <= static_cast<T>(hs.fix.tol);
+        }
+        if (near >= 2) {
+          if (hs.fix.kind == FixConfig::Kind::paper) {
+            if (tm > 0) shift = static_cast<T>(hs.fix.beta) * tm;
+            else if (tm < 0) shift = T(0);
+          } else {
+            shift = tm + static_cast<T>(hs.fix.offset);
+          }
+          if constexpr (M == Mode::seed) shift = bf(shift);
+          engaged = engaged || std::max(m, shift) != std::max(m, tm);
+        }
+      }
+      const T m_new = std::max(m, shift);
+      const T corr = m == neg_inf ? T(0) : exp_diff<M>(m, m_new);
+      for (std::int64_t j = 0; j < n; ++j) p[j] = exp_diff<M>(s[j], m_new);
+      if (cnt)
+        for (std::int64_t j = 0; j < n; ++j) cnt->pbar_one_entries += p[j] == T(1);
+      if constexpr (M == Mode::seed) {
+        // Tile results are bf16 matmul outputs; the running values are updated in bf16.
+        float ls = 0.f;
+        for (std::int64_t j = 0; j < n; ++j) ls += p[j];
+        l = bf(bf(l * corr) + bf(ls));
+        std::fill(part.begin(), part.end(), 0.f);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float pj = p[j];
+          const float* vr = v + (j0 + j) * d;
+          for (std::int64_t c = 0; c < d; ++c) part[c] += pj * vr[c];
+        }
+        for (std::int64_t c = 0; c < d; ++c) acc[c] = bf(bf(acc[c] * corr) + bf(part[c]));
+      } else {
+        // FA2: rescale the accumulators, then accumulate this tile's terms into them.
+        l *= corr;
+        for (std::int64_t j = 0; j < n; ++j) l += p[j];
+        for (std::int64_t c = 0; c < d; ++c) acc[c] *= corr;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const T pj = mma_p<M>(p[j], hs.fp8, true);
+          const float* vr = v + (j0 + j) * d;
+          for (std::int64_t c = 0; c < d; ++c) acc[c] += pj * static_cast<T>(vr[c]);
+        }
+      }
+      m = m_new;
+    }
+    for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = out_round<M>(acc[c] / l);
+    lse[i] = m + std::log(l);
+    if (cnt) {
+      cnt->rows += 1;
+      if (row_count >= 2) {
+        cnt->repeated_max_rows += 1;
+        cnt->zero_max_repeated_rows += row_max == T(0);
+      }
+      cnt->fix_engaged_rows += engaged;
+    }
+  }
+}
+
+// delta_i = rowsum(dO .* O) with the policy's rounding.
+template <Mode M>
+void deltas(const HeadShape& hs, const float* dout, const Real<M>* o, Real<M>* delta) {
+  using T = Real<M>;
+  for (std::int64_t i = 0; i < hs.N; ++i) {
+    T acc = T(0);
+    for (std::int64_t c = 0; c < hs.d; ++c) {
+      const T prod = static_cast<T>(dout[i * hs.d + c]) * o[i * hs.d + c];
+      if constexpr (M == Mode::seed) acc += bf(prod);
+      else acc += prod;
+    }
+    if constexpr (M == Mode::seed) acc = bf(acc);
+    delta[i] = acc;
+  }
+}
+
+// Backward. vt is V transposed (d x N). Outputs dq, dk, dv: N x d.
+template <Mode M>
+void backward_head(const HeadShape& hs, const float* q, const float* k, const float* kt, const float* vt,
+                   const float* dout, const Real<M>* lse, const Real<M>* delta, Real<M>* dq, Real<M>* dk,
+                   Real<M>* dv) {
+  using T = Real<M>;
+  const std::int64_t N = hs.N, d = hs.d, Br = hs.tile_q, Bc = hs.tile_k;
+  const auto nd = static_cast<std::size_t>(N * d);
+  std::fill(dq, dq + nd, T(0));
+  std::fill(dk, dk + nd, T(0));
+  std::fill(dv, dv + nd, T(0));
+  std::vector<T> s(static_cast<std::size_t>(Bc)), p(static_cast<std::size_t>(Bc)), dp(static_cast<std::size_t>(Bc)),
+      ds(static_cast<std::size_t>(Bc));
+  // seed only: per-block partial sums, rounded to bf16 before they join the running values.
+  std::vector<T> dv_part, dk_part, dq_part;
+  if constexpr (M == Mode::seed) {
+    dv_part.resize(static_cast<std::size_t>(Bc * d));
+    dk_part.resize(static_cast<std::size_t>(Bc * d));
+    dq_part.resize(static_cast<std::size_t>(d));
+  }
+  for (std::int64_t i0 = 0; i0 < N; i0 += Br) {
+    const std::int64_t i1 = std::min(N, i0 + Br);
+    const std::int64_t kmax = hs.causal ? i1 : N;
+    for (std::int64_t j0 = 0; j0 < kmax; j0 += Bc) {
+      const std::int64_t j1b = std::min(kmax, j0 + Bc);
+      if constexpr (M == Mode::seed) {
+        std::fill(dv_part.begin(), dv_part.end(), 0.f);
+        std::fill(dk_part.begin(), dk_part.end(), 0.f);
+      }
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::int64_t j1 = hs.causal ? std::min(j1b, i + 1) : j1b;
+        if (j1 <= j0) continue;
+        const std::int64_t n = j1 - j0;
+        scores<M>(hs, q + i * d, kt, j0, j1, s.data());
+        for (std::int64_t j = 0; j < n; ++j) p[j] = exp_diff<M>(s[j], lse[i]);
+        for (std::int64_t j = 0; j < n; ++j) dp[j] = T(0);
+        for (std::int64_t c = 0; c < d; ++c) {
+          const T g = static_cast<T>(dout[i * d + c]);
+          const float* vr = vt + c * N + j0;
+          for (std::int64_t j = 0; j < n; ++j) dp[j] += g * static_cast<T>(vr[j]);
+        }
+        for (std::int64_t j = 0; j < n; ++j) {
+          if constexpr (M == Mode::seed) ds[j] = bf(p[j] * bf(bf(dp[j]) - delta[i]));
+          else ds[j] = p[j] * (dp[j] - delta[i]);
+        }
+        const float* qi = q + i * d;
+        const float* gi = dout + i * d;
+        if constexpr (M == Mode::seed) {
+          std::fill(dq_part.begin(), dq_part.end(), 0.f);
+          for (std::int64_t j = 0; j < n; ++j) {
+            const float* kr = k + (j0 + j) * d;
+            for (std::int64_t c = 0; c < d; ++c) dq_part[c] += ds[j] * kr[c];
+            float* dvp = dv_part.data() + j * d;
+            float* dkp = dk_part.data() + j * d;
+            for (std::int64_t c = 0; c < d; ++c) {
+              dvp[c] += p[j] * gi[c];
+              dkp[c] += ds[j] * qi[c];
+            }
+          }
+          for (std::int64_t c = 0; c < d; ++c) dq[i * d + c] = bf(dq[i * d + c] + bf(dq_part[c]));
+        } else {
+          T* dqi = dq + i * d;
+          for (std::int64_t j = 0; j < n; ++j) {
+            const T pm = mma_p<M>(p[j], hs.fp8, false);
+            const T dsm = mma_ds<M>(ds[j]);
+            const float* kr = k + (j0 + j) * d;
+            T* dvj = dv + (j0 + j) * d;
+            T* dkj = dk + (j0 + j) * d;
+            for (std::int64_t c = 0; c < d; ++c) {
+              dqi[c] += dsm * static_cast<T>(kr[c]);
+              dvj[c] += pm * static_cast<T>(gi[c]);
+              dkj[c] += dsm * static_cast<T>(qi[c]);
+            }
+          }
+        }
+      }
+      if constexpr (M == Mode::seed) {
+        for (std::int64_t j = j0; j < j1b; ++j)
+          for (std::int64_t c = 0; c < d; ++c) {
+            dv[j * d + c] = bf(dv[j * d + c] + bf(dv_part[(j - j0) * d + c]));
+            dk[j * d + c] = bf(dk[j * d + c] + bf(dk_part[(j - j0) * d + c]));
+          }
+      }
+    }
+  }
+  for (std::size_t x = 0; x < nd; ++x) {
+    if constexpr (M == Mode::hp) {
+      dq[x] *= hs.scale;
+      dk[x] *= hs.scale;
+    } else {
+      dq[x] = out_round<M>(static_cast<float>(hs.scale) * dq[x]);
+      dk[x] = out_round<M>(static_cast<float>(hs.scale) * dk[x]);
+      dv[x] = out_round<M>(dv[x]);
+    }
+  }
+}
+
+}  // namespace lpdiag::detail
