@@ -19,5 +19,7 @@ struct Registration {
 
 Registration register_round(CLI::App& app);
 Registration register_info(CLI::App& app);
+Registration register_replay(CLI::App& app);
+Registration register_probe(CLI::App& app);
 
 }  // namespace lpdiag::cli

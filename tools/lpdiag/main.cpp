@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
 
   std::vector<Registration> commands;
   commands.push_back(register_info(app));
+  commands.push_back(register_replay(app));
+  commands.push_back(register_probe(app));
   commands.push_back(register_round(app));
 
   // CLI11 reports an unknown first word as "a subcommand is required"; say what was typed.

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# replay --json: results in the order given (policy-major), with every documented key.
+set -euo pipefail
+out=$("$1" replay "$2" --policy fa2,seed,fp32 --fix none,paper:beta=7,tol=1e-3,safe --json)
+python3 - "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+r = j["results"]
+assert [(x["policy"], x["fix"]) for x in r] == [(p, f) for p in ["fa2", "seed", "fp32"] for f in ["none", "paper", "safe"]], r
+assert r[1]["fix_params"] == {"kind": "paper", "beta": 7.0, "tol": 0.001}
+for x in r:
+    for k in ["policy", "fix", "o_err_mean", "o_err_z", "delta_err_mean", "delta_err_z", "repeated_max_rows",
+              "pbar_one_entries", "fix_engaged_rows", "nan_count"]:
+        assert k in x, k
+print("ok")
+PY
