@@ -21,5 +21,8 @@ Registration register_round(CLI::App& app);
 Registration register_info(CLI::App& app);
 Registration register_replay(CLI::App& app);
 Registration register_probe(CLI::App& app);
+Registration register_analyze(CLI::App& app);
+Registration register_check(CLI::App& app);
+Registration register_synth(CLI::App& app);
 
 }  // namespace lpdiag::cli

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
 
   std::vector<Registration> commands;
   commands.push_back(register_info(app));
+  commands.push_back(register_analyze(app));
+  commands.push_back(register_check(app));
+  commands.push_back(register_synth(app));
   commands.push_back(register_replay(app));
   commands.push_back(register_probe(app));
   commands.push_back(register_round(app));

@@ -1,0 +1,59 @@
+// A trace (or the rank files of one run) reduced to at most `max_bins` time bins, in one
+// streaming pass: memory is bins x heads x a few fields, whatever the number of steps. Every
+// link analyzer works on this. Bins cover equal ranges of step numbers, so irregular strides,
+// NaN gaps and several ranks (merged by step) need no special handling.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace lpdiag::analysis {
+
+// Sums over the records that fall into one bin, for one (layer, head).
+struct HeadBin {
+  double rows = 0, repeated = 0;
+  double o_count = 0, o_sum = 0, o_sumsq = 0;
+  double d_count = 0, d_sum = 0, d_sumsq = 0;
+  double logit_max = -1e300;
+  double sigma_sum = 0, sigma_n = 0;  // head slice of W_Q: sigma_1
+};
+
+struct LayerBin {
+  double conc_sum = 0, conc_n = 0;  // W_Q update concentration
+  double sim_sum = 0, sim_n = 0;    // W_Q update similarity with the previous record
+  double sigma_sum = 0, sigma_n = 0;  // sigma_1 of the whole W_Q
+};
+
+struct StepBin {
+  std::int64_t first_step = 0, last_step = -1;  // steps seen in the bin; last < first: empty
+  double loss_sum = 0, loss_n = 0, loss_nonfinite = 0;
+};
+
+struct BinnedTrace {
+  std::vector<std::string> files;
+  std::int64_t first_step = 0, last_step = 0, records = 0;
+  double bin_width = 1;  // steps per bin
+  int bins = 0;
+  std::vector<std::int64_t> layers;  // layer_index of each attention layer, ascending
+  std::int64_t heads = 0;            // max n_heads over layers
+  std::vector<StepBin> steps;                // [bins]
+  std::vector<HeadBin> head_bins;            // [layer][head][bin]
+  std::vector<LayerBin> layer_bins;          // [layer][bin]
+  bool has_head_sigma = false, has_updates = false;
+
+  std::size_t layer_slot(std::int64_t layer_index) const;  // position in `layers`
+  const HeadBin& at(std::size_t layer, std::int64_t head, int bin) const {
+    return head_bins[(layer * static_cast<std::size_t>(heads) + static_cast<std::size_t>(head)) * bins + bin];
+  }
+  const LayerBin& layer_at(std::size_t layer, int bin) const { return layer_bins[layer * bins + bin]; }
+  std::int64_t bin_step(int bin) const;  // a representative step (first step seen, else bin start)
+  double bin_fraction(int bin) const { return bins > 0 ? double(bin) / bins : 0.0; }
+};
+
+using Progress = std::function<void(double fraction)>;
+
+// Throws InputError for unusable files or rank files that do not describe the same model.
+BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins = 512, const Progress& progress = {});
+
+}  // namespace lpdiag::analysis

@@ -1,0 +1,33 @@
+// The causal chain on top of the five link analyzers: ordered onsets, one localization, and a
+// significant lagged correlation between the rounding bias (C2) and the growth rate (C4). When
+// the evidence does not support a chain, it says which link is missing instead of inventing one.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "lpdiag/analyzers/binned_trace.hpp"
+#include "lpdiag/analyzers/links.hpp"
+
+namespace lpdiag::analysis {
+
+struct LagCorrelation {
+  bool computed = false;
+  int lag_bins = 0;
+  double r = 0, p = 1;  // p Bonferroni-corrected over the lags tried
+  int n = 0;
+};
+
+struct ChainResult {
+  bool found = false;
+  std::int64_t layer_index = -1, head = -1;
+  double confidence = 0;
+  std::array<LinkResult, 5> links;
+  LagCorrelation correlation;
+  std::vector<std::string> missing_links;  // ids of absent links
+  std::vector<std::string> findings;       // sentences for people
+};
+
+ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);
+
+}  // namespace lpdiag::analysis

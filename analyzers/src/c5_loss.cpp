@@ -1,0 +1,37 @@
+// C5 loss explosion: a loss spike, robust z >= 8 over the rolling median of the preceding bins,
+// or a non-finite loss.
+#include <fmt/core.h>
+
+#include "lpdiag/analyzers/links.hpp"
+#include "series_tools.hpp"
+
+namespace lpdiag::analysis {
+
+LinkResult analyze_loss(const BinnedTrace& t) {
+  LinkResult r{"C5", "loss explosion"};
+  const auto x = loss_series(t);
+  r.series = x;
+  const int K = t.bins, W = std::max(5, K / 20);
+  for (int b = W; b < K; ++b) {
+    if (std::isnan(x[b])) continue;
+    const auto prev = tools::finite_values(x, b - W, b);
+    if (prev.size() < 3) continue;
+    const double med = tools::median(prev);
+    const double sd = std::max(tools::robust_sd(prev), 0.01 * std::fabs(med) + 1e-9);
+    const double z = (x[b] - med) / sd;
+    const bool spike = std::isinf(x[b]) || (z >= 8 && x[b] >= med + 0.3 * std::fabs(med));
+    if (!spike) continue;
+    r.present = true;
+    r.onset_bin = b;
+    r.onset_step = t.bin_step(b);
+    r.effect = std::isinf(x[b]) ? INFINITY : x[b] / med;
+    r.confidence = std::isinf(x[b]) ? 1.0 : tools::clamp01(1.0 - 8.0 / z);
+    r.evidence = std::isinf(x[b]) ? fmt::format("loss became non-finite at step {}", r.onset_step)
+                                  : fmt::format("loss jumped to {:.4g} against a rolling median of {:.4g} (robust z {:.1f})", x[b], med, z);
+    return r;
+  }
+  r.evidence = tools::finite_values(x, 0, K).empty() ? "the trace holds no loss values" : "no loss spike (robust z >= 8 over the rolling median)";
+  return r;
+}
+
+}  // namespace lpdiag::analysis

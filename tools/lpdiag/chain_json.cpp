@@ -1,0 +1,41 @@
+#include "chain_json.hpp"
+
+#include <cmath>
+
+namespace lpdiag::cli {
+namespace {
+nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json opt_int(std::int64_t x) { return x >= 0 ? nlohmann::json(x) : nlohmann::json(nullptr); }
+}  // namespace
+
+nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& l : c.links)
+    links[l.id] = {{"name", l.name},
+                   {"present", l.present},
+                   {"onset_step", l.present ? nlohmann::json(l.onset_step) : nlohmann::json(nullptr)},
+                   {"layer_index", opt_int(l.layer_index)},
+                   {"head", opt_int(l.head)},
+                   {"effect", num(l.effect)},
+                   {"confidence", l.confidence},
+                   {"evidence", l.evidence}};
+  nlohmann::json j;
+  j["files"] = t.files;
+  j["records"] = t.records;
+  j["first_step"] = t.first_step;
+  j["last_step"] = t.last_step;
+  j["chain"] = {{"found", c.found},
+                {"layer_index", c.found ? nlohmann::json(c.layer_index) : nlohmann::json(nullptr)},
+                {"head", c.found ? nlohmann::json(c.head) : nlohmann::json(nullptr)},
+                {"confidence", c.confidence},
+                {"links", links}};
+  j["correlation"] = {{"computed", c.correlation.computed},
+                      {"lag_bins", c.correlation.lag_bins},
+                      {"r", num(c.correlation.r)},
+                      {"p", num(c.correlation.p)}};
+  j["missing_links"] = c.missing_links;
+  j["findings"] = c.findings;
+  return j;
+}
+
+}  // namespace lpdiag::cli

@@ -1,0 +1,70 @@
+// `lpdiag check TRACE… [--max-bias-z Z] [--max-repeated-rate R] [--junit FILE]`: the CI gate.
+// Exit 0 clean, 1 biased rounding or a chain, 2 unusable input. One `file:step: message` line
+// per finding.
+#include <fmt/core.h>
+
+#include <iostream>
+
+#include "junit.hpp"
+#include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/command.hpp"
+#include "lpdiag/trace/preflight.hpp"
+
+namespace lpdiag::cli {
+namespace {
+
+struct CheckArgs {
+  std::vector<std::string> paths;
+  double max_bias_z = 4.0;
+  double max_repeated_rate = -1;  // < 0: not checked
+  std::string junit;
+};
+
+int run_check(const CheckArgs& a) {
+  std::vector<JunitCase> cases;
+  int findings = 0;
+  for (const auto& p : a.paths) preflight_trace(p);
+  for (const auto& p : a.paths) {
+    const analysis::BinnedTrace t = analysis::bin_traces({p}, 512);
+    const analysis::ChainResult c = analysis::reconstruct_chain(t, a.max_bias_z);
+    std::vector<std::string> lines;
+    if (c.found)
+      lines.push_back(fmt::format("{}:{}: causal chain at layer {} head {} (confidence {:.2f})", p, c.links[0].onset_step,
+                                  c.layer_index, c.head, c.confidence));
+    if (c.links[1].present) lines.push_back(fmt::format("{}:{}: biased rounding: {}", p, c.links[1].onset_step, c.links[1].evidence));
+    if (a.max_repeated_rate >= 0) {
+      for (std::size_t l = 0; l < t.layers.size(); ++l)
+        for (std::int64_t h = 0; h < t.heads; ++h) {
+          const auto r = analysis::repeated_rate(t, l, h);
+          for (int b = 0; b < t.bins; ++b)
+            if (r[b] > a.max_repeated_rate) {
+              lines.push_back(fmt::format("{}:{}: repeated-max row rate {:.4f} above {} at layer {} head {}", p, t.bin_step(b), r[b],
+                                          a.max_repeated_rate, t.layers[l], h));
+              break;
+            }
+        }
+    }
+    for (const auto& line : lines) std::cout << line << "\n";
+    findings += static_cast<int>(lines.size());
+    std::string msg;
+    for (const auto& line : lines) msg += (msg.empty() ? "" : "\n") + line;
+    cases.push_back({"lpdiag.check", p, !lines.empty(), msg, c.findings.empty() ? "" : c.findings.back()});
+  }
+  if (!a.junit.empty()) write_junit(a.junit, "lpdiag check", cases);
+  if (findings == 0) std::cerr << "lpdiag check: " << a.paths.size() << " trace(s) clean\n";
+  return findings ? kFinding : kOk;
+}
+
+}  // namespace
+
+Registration register_check(CLI::App& app) {
+  auto args = std::make_shared<CheckArgs>();
+  CLI::App* sub = app.add_subcommand("check", "CI gate: exit 1 when a trace shows biased rounding or a causal chain");
+  sub->add_option("traces", args->paths, "Trace files (each checked on its own)")->required();
+  sub->add_option("--max-bias-z", args->max_bias_z, "|z| of the delta-error mean above which rounding counts as biased")->capture_default_str();
+  sub->add_option("--max-repeated-rate", args->max_repeated_rate, "Also flag a repeated-max row rate above this (0..1)");
+  sub->add_option("--junit", args->junit, "Also write JUnit XML to this file");
+  return {sub, [args] { return run_check(*args); }};
+}
+
+}  // namespace lpdiag::cli
