@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <memory>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/trace_writer.hpp"
@@ -91,7 +93,7 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
     hdr.rank = r;
     hdr.world_size = opt.ranks;
     TraceWriterOptions wo;
-    wo.flush_every = 256;
+    wo.flush_every = opt.flush_every;
     wo.chunk_rows = 1024;
     truth.files.push_back(rank_path(path, r, opt.ranks));
     writers.push_back(std::make_unique<TraceWriter>(truth.files.back(), layout, hdr, wo));
@@ -173,6 +175,7 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
         writers[static_cast<std::size_t>(rank)]->add_event({step, "nan_inf", -1, -1, loss, "loss is not finite"});
     }
     truth.last_step = step;
+    if (opt.record_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(opt.record_delay_us));
   }
   for (auto& w : writers) {
     w->close();

@@ -10,6 +10,7 @@ LPDIAG_PACKAGES=(
   libeigen3-dev libfmt-dev nlohmann-json3-dev libcli11-dev catch2
   libtorch-dev python3-torch
   clang-14 libclang-rt-14-dev
+  chromium
 )
 
 lpdiag_log() { printf '[lpdiag] %s\n' "$*" >&2; }

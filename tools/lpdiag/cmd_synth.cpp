@@ -17,6 +17,7 @@ struct SynthArgs {
   std::int64_t records = 0;
   int layers = 0, heads = 0, ranks = 1;
   double gaps = 0.02;
+  int flush_every = 256, delay_us = 0;
   bool json = false;
 };
 
@@ -29,6 +30,8 @@ int run_synth(const SynthArgs& a) {
   o.heads = a.heads;
   o.ranks = a.ranks;
   o.gap_fraction = a.gaps;
+  o.flush_every = a.flush_every;
+  o.record_delay_us = a.delay_us;
   const analysis::SynthTruth t = analysis::write_synth_trace(a.path, o);
   nlohmann::json j{{"files", t.files}, {"kind", a.kind}, {"seed", a.seed}, {"first_step", t.first_step}, {"last_step", t.last_step}};
   j["layer_index"] = t.layer_index >= 0 ? nlohmann::json(t.layer_index) : nlohmann::json(nullptr);
@@ -53,6 +56,8 @@ Registration register_synth(CLI::App& app) {
   sub->add_option("--heads", args->heads, "Heads per layer (0: random 4..8)")->capture_default_str();
   sub->add_option("--ranks", args->ranks, "Write this many rank files of one run")->capture_default_str();
   sub->add_option("--gaps", args->gaps, "Fraction of records with unmeasured signals")->capture_default_str();
+  sub->add_option("--flush-every", args->flush_every, "Records per flush")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--delay-us", args->delay_us, "Sleep after each record (simulates a live run for 'lpdiag watch')")->capture_default_str();
   sub->add_flag("--json", args->json, "Print what was planted as JSON");
   return {sub, [args] { return run_synth(*args); }};
 }

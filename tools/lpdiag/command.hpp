@@ -24,5 +24,7 @@ Registration register_probe(CLI::App& app);
 Registration register_analyze(CLI::App& app);
 Registration register_check(CLI::App& app);
 Registration register_synth(CLI::App& app);
+Registration register_report(CLI::App& app);
+Registration register_watch(CLI::App& app);
 
 }  // namespace lpdiag::cli

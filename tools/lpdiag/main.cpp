@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   commands.push_back(register_info(app));
   commands.push_back(register_analyze(app));
   commands.push_back(register_check(app));
+  commands.push_back(register_report(app));
+  commands.push_back(register_watch(app));
   commands.push_back(register_synth(app));
   commands.push_back(register_replay(app));
   commands.push_back(register_probe(app));

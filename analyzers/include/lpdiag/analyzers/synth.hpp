@@ -21,6 +21,8 @@ struct SynthOptions {
   bool irregular_stride = true;
   double gap_fraction = 0.02;  // records whose attention and weight signals are unmeasured
   int ranks = 1;               // > 1 writes NAME.rank<k>.h5 files of one run
+  int flush_every = 256;       // records per flush
+  int record_delay_us = 0;     // sleep after each record: a slow "live" run for watch demos and tests
 };
 
 struct SynthTruth {

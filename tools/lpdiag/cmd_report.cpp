@@ -1,0 +1,127 @@
+// `lpdiag report TRACE… -o report.html`: one self-contained HTML file (inline SVG, no network)
+// with the evidence of every link and the chain timeline.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/command.hpp"
+#include "lpdiag/error.hpp"
+#include "lpdiag/trace/preflight.hpp"
+#include "progress.hpp"
+#include "svg_plot.hpp"
+
+namespace lpdiag::cli {
+namespace {
+
+struct ReportArgs {
+  std::vector<std::string> paths;
+  std::string out = "report.html";
+};
+
+const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+int run_report(const ReportArgs& a) {
+  for (const auto& p : a.paths) preflight_trace(p);
+  ProgressBar bar("reading");
+  const analysis::BinnedTrace t = analysis::bin_traces(a.paths, 512, [&](double f) { bar(f); });
+  const analysis::ChainResult c = analysis::reconstruct_chain(t);
+  if (t.layers.empty()) throw InputError(a.paths.front() + ": the trace has no attention layers to report on");
+
+  // The flagged place: the chain's, else the strongest localized link's, else layer 0 head 0.
+  std::int64_t layer = t.layers.front(), head = 0;
+  if (c.found) layer = c.layer_index, head = c.head;
+  else
+    for (int k : {1, 0, 3})
+      if (c.links[k].present && c.links[k].layer_index >= 0) {
+        layer = c.links[k].layer_index, head = std::max<std::int64_t>(0, c.links[k].head);
+        break;
+      }
+  const std::size_t slot = t.layer_slot(layer);
+
+  std::vector<double> x(static_cast<std::size_t>(t.bins));
+  for (int b = 0; b < t.bins; ++b) x[b] = double(t.bin_step(b));
+  std::vector<PlotMarker> marks;
+  for (const auto& l : c.links)
+    if (l.present) marks.push_back({l.onset_step, l.id});
+
+  std::vector<Plot> plots;
+  plots.push_back({"Loss", "loss", x, {{"loss", analysis::loss_series(t), kColors[0]}}, marks});
+  {
+    Plot p{fmt::format("σ₁(W_Q) per head, layer {}", layer), "σ₁", x, {}, marks, true};
+    for (std::int64_t h = 0; h < t.heads; ++h)
+      p.series.push_back({fmt::format("head {}{}", h, h == head ? " *" : ""), analysis::head_sigma(t, slot, t.has_head_sigma ? h : -1),
+                          kColors[h % 10]});
+    plots.push_back(p);
+  }
+  {
+    Plot p{fmt::format("Repeated-max row rate, layer {}", layer), "rate", x, {}, marks};
+    for (std::int64_t h = 0; h < t.heads; ++h)
+      p.series.push_back({fmt::format("head {}{}", h, h == head ? " *" : ""), analysis::repeated_rate(t, slot, h), kColors[h % 10]});
+    plots.push_back(p);
+  }
+  plots.push_back({fmt::format("Error bias z per bin, layer {} head {}", layer, head), "z", x,
+                   {{"δ error z", analysis::delta_z(t, slot, head), kColors[3]}, {"O error z", analysis::o_z(t, slot, head), kColors[0]}},
+                   marks});
+  {
+    std::vector<double> d(static_cast<std::size_t>(t.bins));
+    double run = 0;
+    for (int b = 0; b < t.bins; ++b) d[b] = run += t.at(slot, head, b).d_sum;
+    plots.push_back({fmt::format("Running driver D = Σ(δ_lp − δ_hp), layer {} head {}", layer, head), "D", x, {{"D", d, kColors[4]}}, marks});
+  }
+  {
+    std::vector<double> sim(static_cast<std::size_t>(t.bins), NAN), conc(static_cast<std::size_t>(t.bins), NAN);
+    for (int b = 0; b < t.bins; ++b) {
+      const auto& lb = t.layer_at(slot, b);
+      if (lb.sim_n > 0) sim[b] = lb.sim_sum / lb.sim_n;
+      if (lb.conc_n > 0) conc[b] = lb.conc_sum / lb.conc_n;
+    }
+    plots.push_back({fmt::format("W_Q update: top-pair similarity and concentration, layer {}", layer), "0..1", x,
+                     {{"similarity", sim, kColors[2]}, {"concentration", conc, kColors[1]}}, marks});
+  }
+
+  std::string html = "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>lpdiag report</title><style>"
+                     "body{font-family:sans-serif;margin:24px;max-width:920px}td,th{padding:2px 8px;text-align:left;font-size:13px}"
+                     ".found{color:#c00}.none{color:#070}.timeline{position:relative;height:46px;border:1px solid #999;margin:8px 0}"
+                     ".tick{position:absolute;top:0;height:46px;border-left:2px solid #c00;font-size:11px;padding-left:3px}</style></head><body>";
+  html += "<h1>lpdiag report</h1><p>" + html_escape(fmt::format("{} ({} file(s), {} records, steps {}..{})", t.files.front(), t.files.size(),
+                                                               t.records, t.first_step, t.last_step)) + "</p>";
+  html += c.found ? fmt::format("<h2 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h2>", c.layer_index, c.head, c.confidence)
+                  : "<h2 class=\"none\">No causal chain</h2>";
+  html += "<table><tr><th>link</th><th>onset step</th><th>confidence</th><th>evidence</th></tr>";
+  for (const auto& l : c.links)
+    html += fmt::format("<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>", l.id, html_escape(l.name),
+                        l.present ? std::to_string(l.onset_step) : "missing", l.present ? fmt::format("{:.2f}", l.confidence) : "",
+                        html_escape(l.evidence));
+  html += "</table><ul>";
+  for (const auto& f : c.findings) html += "<li>" + html_escape(f) + "</li>";
+  html += "</ul><h3>Chain timeline</h3><div class=\"timeline\" id=\"timeline\">";
+  const double span = std::max<double>(1, double(t.last_step - t.first_step));
+  for (const auto& l : c.links)
+    if (l.present)
+      html += fmt::format("<div class=\"tick\" style=\"left:{:.1f}%\">{}<br>{}</div>", 100.0 * double(l.onset_step - t.first_step) / span,
+                          l.id, l.onset_step);
+  html += "</div>";
+  for (const auto& p : plots) html += "<div>" + render_svg(p) + "</div>";
+  html += fmt::format("<p style=\"font-size:11px;color:#777\">{} plots. Dashed red lines: link onsets. * marks the flagged head.</p>", plots.size());
+  html += "</body></html>\n";
+  std::ofstream f(a.out);
+  if (!f) throw WriteError(a.out + ": cannot write the report");
+  f << html;
+  if (!f) throw WriteError(a.out + ": writing the report failed");
+  std::cerr << "wrote " << a.out << "\n";
+  return kOk;
+}
+
+}  // namespace
+
+Registration register_report(CLI::App& app) {
+  auto args = std::make_shared<ReportArgs>();
+  CLI::App* sub = app.add_subcommand("report", "Write a self-contained HTML report with SVG plots of every link");
+  sub->add_option("traces", args->paths, "Trace files (several = the rank files of one run)")->required();
+  sub->add_option("-o,--output", args->out, "Output HTML file")->capture_default_str();
+  return {sub, [args] { return run_report(*args); }};
+}
+
+}  // namespace lpdiag::cli
