@@ -20,6 +20,8 @@ if(NOT LPDIAG_WITH_CUDA STREQUAL "OFF")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
+    # LibTorch's CMake resets CMAKE_CUDA_ARCHITECTURES to OFF; keep our own copy for our targets.
+    set(LPDIAG_CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
     set(LPDIAG_CUDA_ENABLED ON)
   elseif(LPDIAG_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LPDIAG_WITH_CUDA=ON but no CUDA compiler was found; install CUDA or set CMAKE_CUDA_COMPILER")
