@@ -149,7 +149,7 @@ TEST_CASE("a full disk (RLIMIT_FSIZE): one report, an intact prefix, training go
   REQUIRE(pid >= 0);
   if (pid == 0) {
     signal(SIGXFSZ, SIG_IGN);  // get EFBIG from write() instead of being killed
-    rlimit lim{1024 * 1024, 1024 * 1024};
+    rlimit lim{4 << 20, 4 << 20};
     setrlimit(RLIMIT_FSIZE, &lim);
     int reports = 0;
     try {
@@ -187,7 +187,7 @@ TEST_CASE("stop_on_error: a write failure throws WriteError to the caller", "[tr
   REQUIRE(pid >= 0);
   if (pid == 0) {
     signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{1024 * 1024, 1024 * 1024};
+    rlimit lim{4 << 20, 4 << 20};
     setrlimit(RLIMIT_FSIZE, &lim);
     const TraceLayout L = fixture_layout(4, 6);
     TraceWriterOptions opt;
