@@ -21,8 +21,10 @@ struct FixConfig {
   double tol = 1e-3;
   double beta = 2.0;
   // safe: any repeated tile max (including 0) is shifted by m = max + offset, so the max entries
-  // get exp(-offset) (not a power of two, never underflowing) instead of exactly 1.
-  double offset = 0.3;
+  // get exp(-offset) instead of exactly 1, never underflowing. The default ln(4/3) makes that
+  // 0.75: not a power of two, yet exact in bf16, so fa2's bf16(P-bar) for the MMA does not
+  // differ from the fp32 P-bar in the row sum (any other constant adds its own one-signed bias).
+  double offset = 0.28768207245178093;
 
   std::string name() const;  // "none", "paper", "safe"
   std::string to_json() const;
