@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::fwrite(data, 1, size, f);
   std::fclose(f);
   try {
-    lpdiag::preflight_trace(path);
+    lpdiag::preflight_trace(path, 2);  // well under libFuzzer's -timeout
     lpdiag::TraceReader r(path);
     const std::int64_t n = r.records();
     if (n > 0) {
@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const lpdiag::Error&) {
   }
   try {
-    lpdiag::preflight_capture(path);
+    lpdiag::preflight_capture(path, 2);
     lpdiag::read_capture(path);
   } catch (const lpdiag::Error&) {
   }

@@ -24,5 +24,5 @@ export LPDIAG_FUZZ_DIR=$work
 # reports an error, so let ASan do the same instead of aborting.
 export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:suppressions=$here/asan.supp
 cd "$work"
-"$work/build/fuzz_trace_reader" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=200000 \
+"$work/build/fuzz_trace_reader" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -max_len=200000 \
   -print_final_stats=1 "$work/corpus" 2>&1 | tail -25

@@ -15,10 +15,8 @@
 namespace lpdiag {
 namespace {
 
-constexpr unsigned kPreflightSeconds = 30;
-
 // Runs `work` in a child; its InputError message comes back through a pipe.
-void in_child(const std::string& path, const std::function<void()>& work) {
+void in_child(const std::string& path, unsigned seconds, const std::function<void()>& work) {
   int fds[2];
   if (pipe(fds) != 0) throw InputError(path + ": cannot create a pipe for the preflight check");
   const pid_t pid = fork();
@@ -29,7 +27,10 @@ void in_child(const std::string& path, const std::function<void()>& work) {
   }
   if (pid == 0) {
     close(fds[0]);
-    alarm(kPreflightSeconds);  // HDF5 can loop forever on some corrupt files
+    // HDF5 can loop forever on some corrupt files. The default action (terminate) must apply
+    // even when the parent installed its own SIGALRM handler (libFuzzer does).
+    signal(SIGALRM, SIG_DFL);
+    alarm(seconds);
     int code = 0;
     std::string msg;
     try {
@@ -60,7 +61,7 @@ void in_child(const std::string& path, const std::function<void()>& work) {
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
     throw InputError(path + ": corrupt HDF5 file: parsing it did not finish within " +
-                     std::to_string(kPreflightSeconds) + " s");
+                     std::to_string(seconds) + " s");
   if (WIFSIGNALED(status))
     throw InputError(path + ": corrupt HDF5 file: the HDF5 library crashed while parsing it (signal " +
                      std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) + ")");
@@ -85,8 +86,8 @@ void touch_rows(const TraceReader& r, std::int64_t row0, std::int64_t n) {
 
 }  // namespace
 
-void preflight_trace(const std::string& path) {
-  in_child(path, [&] {
+void preflight_trace(const std::string& path, unsigned seconds) {
+  in_child(path, seconds, [&] {
     TraceReader r(path);
     const std::int64_t n = r.records();
     const std::int64_t k = std::min<std::int64_t>(n, 1024);
@@ -96,8 +97,8 @@ void preflight_trace(const std::string& path) {
   });
 }
 
-void preflight_capture(const std::string& path) {
-  in_child(path, [&] { read_capture(path); });
+void preflight_capture(const std::string& path, unsigned seconds) {
+  in_child(path, seconds, [&] { read_capture(path); });
 }
 
 }  // namespace lpdiag

@@ -9,7 +9,8 @@
 namespace lpdiag {
 
 // Throw InputError ("<file>: ...") when the file is unusable, including when parsing crashed.
-void preflight_trace(const std::string& path);
-void preflight_capture(const std::string& path);
+// `seconds`: how long the child may parse before the file counts as corrupt (HDF5 can loop).
+void preflight_trace(const std::string& path, unsigned seconds = 30);
+void preflight_capture(const std::string& path, unsigned seconds = 30);
 
 }  // namespace lpdiag

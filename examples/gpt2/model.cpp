@@ -1,0 +1,48 @@
+#include "model.hpp"
+
+#include <cmath>
+
+#include "attention_op.hpp"
+
+namespace gpt2 {
+
+BlockImpl::BlockImpl(const Config& c, int64_t l) : cfg(c), layer(l) {
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
+  attn_proj = register_module("attn_proj", torch::nn::Linear(c.n_embd, c.n_embd));
+  c_fc = register_module("c_fc", torch::nn::Linear(c.n_embd, 4 * c.n_embd));
+  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * c.n_embd, c.n_embd));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, d = C / H;
+  auto qkv = c_attn(ln1(x)).split(C, 2);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, d}).transpose(1, 2).to(torch::kBFloat16); };
+  torch::Tensor y = lpdiag::hooks::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, cfg.policy, cfg.fix,
+                                             cfg.instrument, layer);
+  y = y.to(torch::kFloat32).transpose(1, 2).contiguous().view({B, T, C});
+  torch::Tensor h = x + attn_proj(y);
+  return h + mlp_proj(torch::gelu(c_fc(ln2(h))));
+}
+
+GPTImpl::GPTImpl(const Config& c) : cfg(c) {
+  wte = register_module("wte", torch::nn::Embedding(c.vocab, c.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(c.block, c.n_embd));
+  for (int64_t l = 0; l < c.n_layer; ++l) blocks.push_back(register_module("h" + std::to_string(l), Block(c, l)));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.n_embd})));
+  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd, c.vocab).bias(false)));
+  for (auto& p : named_parameters()) {
+    if (p.key().find("weight") != std::string::npos && p.value().dim() == 2) torch::nn::init::normal_(p.value(), 0.0, 0.02);
+    if (p.key().find("bias") != std::string::npos) torch::nn::init::zeros_(p.value());
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  torch::Tensor x = wte(idx) + wpe(torch::arange(T, torch::kLong));
+  for (auto& b : blocks) x = b(x);
+  return lm_head(ln_f(x));
+}
+
+}  // namespace gpt2

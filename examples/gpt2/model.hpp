@@ -1,0 +1,36 @@
+// GPT-2 in LibTorch (pre-LayerNorm blocks, fused c_attn, GELU MLP, learned positions), with
+// attention through the lpdiag::attention operator in bf16.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+namespace gpt2 {
+
+struct Config {
+  int64_t vocab = 256, block = 64, n_layer = 2, n_head = 2, n_embd = 64;
+  std::string policy = "fa2", fix = "none", instrument = "counters";
+};
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(const Config& c, int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x);
+  Config cfg;
+  int64_t layer;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
+};
+TORCH_MODULE(Block);
+
+struct GPTImpl : torch::nn::Module {
+  explicit GPTImpl(const Config& c);
+  torch::Tensor forward(const torch::Tensor& idx);  // logits (B, T, vocab)
+  Config cfg;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<Block> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+};
+TORCH_MODULE(GPT);
+
+}  // namespace gpt2

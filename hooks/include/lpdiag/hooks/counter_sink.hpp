@@ -1,0 +1,46 @@
+// Where every call of the attention op leaves its per-head counters until the Monitor records
+// them. Process-wide and thread-safe; keyed by layer index.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "lpdiag/trace/head_counters.hpp"
+
+namespace lpdiag::hooks {
+
+class CounterSink {
+ public:
+  static CounterSink& instance();
+  void add(std::int64_t layer, const std::vector<HeadCounters>& heads);
+  // Returns and clears what arrived since the last drain.
+  std::map<std::int64_t, std::vector<HeadCounters>> drain();
+
+ private:
+  std::mutex mu_;
+  std::map<std::int64_t, std::vector<HeadCounters>> pending_;
+};
+
+// Capture requests: the op saves q, k, v of a requested layer in forward and writes the capture
+// (with dO) in backward.
+struct CaptureRequest {
+  std::int64_t layer = -1;
+  std::int64_t step = -1;
+  std::string path;
+};
+class CaptureBoard {
+ public:
+  static CaptureBoard& instance();
+  void request(const CaptureRequest& r);
+  bool take(std::int64_t layer, CaptureRequest& out);  // removes the request for that layer
+  void done(const std::string& path);
+  std::vector<std::string> drain_done();
+
+ private:
+  std::mutex mu_;
+  std::map<std::int64_t, CaptureRequest> pending_;
+  std::vector<std::string> done_;
+};
+
+}  // namespace lpdiag::hooks

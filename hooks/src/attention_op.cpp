@@ -1,0 +1,146 @@
+#include "attention_op.hpp"
+
+#include <cmath>
+
+#include "lpdiag/attention/engine.hpp"
+#include "lpdiag/error.hpp"
+#include "lpdiag/hooks/counter_sink.hpp"
+#include "lpdiag/trace/capture.hpp"
+
+namespace lpdiag::hooks {
+namespace {
+
+void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& q) {
+  TORCH_CHECK(t.defined(), "lpdiag::attention: ", name, " is undefined");
+  TORCH_CHECK(t.dim() == 4, "lpdiag::attention: ", name, " must have shape (B, H, N, d), got ", t.sizes());
+  TORCH_CHECK(t.sizes() == q.sizes(), "lpdiag::attention: ", name, " must have the shape of q ", q.sizes(), ", got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kFloat32, "lpdiag::attention: ", name,
+              " must be bfloat16 (or float32), got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), "lpdiag::attention: ", name, " has dtype ", t.scalar_type(), " but q has ",
+              q.scalar_type());
+  TORCH_CHECK(t.device().is_cpu(), "lpdiag::attention: ", name, " is on ", t.device(),
+              ", but this build runs attention on the CPU only (the CUDA kernels have not landed); move the tensors to the CPU");
+  TORCH_CHECK(t.numel() > 0, "lpdiag::attention: ", name, " is empty");
+}
+
+AttentionConfig make_config(bool causal, const std::string& policy, const std::string& fix) {
+  AttentionConfig c;
+  try {
+    c.policy = parse_policy(policy);
+    if (policy == "fp8-p:e5m2") c.fp8_format = FormatId::e5m2;
+    c.fix = parse_fix(fix);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
+  }
+  c.causal = causal;
+  return c;
+}
+
+std::vector<float> to_floats(const torch::Tensor& t) {
+  torch::Tensor f = t.to(torch::kFloat32).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
+AttentionInputs inputs(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                       const std::vector<float>* dout, const torch::Tensor& shape) {
+  return {q.data(), k.data(), v.data(), dout ? dout->data() : nullptr, shape.size(0), shape.size(1), shape.size(2), shape.size(3)};
+}
+
+torch::Tensor from_floats(const std::vector<float>& x, const torch::Tensor& like) {
+  return torch::from_blob(const_cast<float*>(x.data()), like.sizes(), torch::kFloat32).clone().to(like.scalar_type());
+}
+
+class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, bool causal, const std::string& policy, const std::string& fix,
+                               const std::string& instrument, int64_t layer_index) {
+    check_tensor(q, "q", q);
+    check_tensor(k, "k", q);
+    check_tensor(v, "v", q);
+    TORCH_CHECK(instrument == "off" || instrument == "counters" || instrument == "full",
+                "lpdiag::attention: instrument must be off, counters or full, got '", instrument, "'");
+    const AttentionConfig cfg = make_config(causal, policy, fix);
+    const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
+    AttentionOptions opt;
+    opt.backward = false;
+    opt.instrument = instrument == "full";
+    opt.threads = at::get_num_threads();
+    const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, nullptr, q), opt);
+    if (instrument != "off" && layer_index >= 0) {
+      std::vector<HeadCounters> heads = run.heads;
+      for (auto& h : heads) {
+        // Errors are the backward's (delta) or "full" mode's (O) to report; zero means "none here".
+        if (!opt.instrument) h.o_err_count = h.o_err_pos = h.o_err_neg = 0, h.o_err_sum = h.o_err_sumsq = 0;
+        h.delta_err_count = h.delta_err_pos = h.delta_err_neg = 0, h.delta_err_sum = h.delta_err_sumsq = 0;
+      }
+      CounterSink::instance().add(layer_index, heads);
+    }
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["policy"] = policy;
+    ctx->saved_data["fix"] = fix;
+    ctx->saved_data["instrument"] = instrument;
+    ctx->saved_data["layer"] = layer_index;
+    return from_floats(run.o, q);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+    const std::string instrument = ctx->saved_data["instrument"].toStringRef();
+    const int64_t layer = ctx->saved_data["layer"].toInt();
+    const AttentionConfig cfg = make_config(ctx->saved_data["causal"].toBool(), ctx->saved_data["policy"].toStringRef(),
+                                            ctx->saved_data["fix"].toStringRef());
+    torch::Tensor g = grads[0].to(q.scalar_type());  // dO arrives in the output's dtype
+    const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v), gf = to_floats(g);
+    AttentionOptions opt;
+    opt.backward = true;
+    opt.instrument = instrument == "full";
+    opt.threads = at::get_num_threads();
+    const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, &gf, q), opt);
+    if (instrument == "full" && layer >= 0) {
+      // The forward already reported the forward counters; add only what needs dO.
+      std::vector<HeadCounters> d(run.heads.size());
+      for (std::size_t h = 0; h < d.size(); ++h) {
+        d[h].logit_max = -INFINITY;
+        d[h].delta_err_count = run.heads[h].delta_err_count;
+        d[h].delta_err_pos = run.heads[h].delta_err_pos;
+        d[h].delta_err_neg = run.heads[h].delta_err_neg;
+        d[h].delta_err_sum = run.heads[h].delta_err_sum;
+        d[h].delta_err_sumsq = run.heads[h].delta_err_sumsq;
+      }
+      CounterSink::instance().add(layer, d);
+    }
+    CaptureRequest req;
+    if (layer >= 0 && CaptureBoard::instance().take(layer, req)) {
+      AttentionCapture c;
+      c.step = req.step;
+      c.layer_index = layer;
+      c.layer = "layer " + std::to_string(layer);
+      c.policy = ctx->saved_data["policy"].toStringRef();
+      c.fix = cfg.fix.to_json();
+      c.causal = cfg.causal;
+      c.scale = 1.0 / std::sqrt(double(q.size(3)));
+      c.source_dtype = q.scalar_type() == torch::kBFloat16 ? "bfloat16" : "float32";
+      c.B = q.size(0), c.H = q.size(1), c.N = q.size(2), c.d = q.size(3);
+      c.q = qf, c.k = kf, c.v = vf, c.dout = gf;
+      c.o = run.o;
+      c.lse = run.lse;
+      write_capture(req.path, c);
+      CaptureBoard::instance().done(req.path);
+    }
+    return {from_floats(run.dq, q), from_floats(run.dk, k), from_floats(run.dv, v), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                        const std::string& policy, const std::string& fix, const std::string& instrument,
+                        int64_t layer_index) {
+  return AttentionFunction::apply(q, k, v, causal, policy, fix, instrument, layer_index);
+}
+
+}  // namespace lpdiag::hooks

@@ -1,0 +1,58 @@
+#include "lpdiag/hooks/counter_sink.hpp"
+
+namespace lpdiag::hooks {
+
+CounterSink& CounterSink::instance() {
+  static CounterSink s;
+  return s;
+}
+
+void CounterSink::add(std::int64_t layer, const std::vector<HeadCounters>& heads) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& dst = pending_[layer];
+  if (dst.empty()) {
+    dst = heads;
+    return;
+  }
+  for (std::size_t h = 0; h < heads.size() && h < dst.size(); ++h) dst[h] += heads[h];
+}
+
+std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto out = std::move(pending_);
+  pending_.clear();
+  return out;
+}
+
+CaptureBoard& CaptureBoard::instance() {
+  static CaptureBoard b;
+  return b;
+}
+
+void CaptureBoard::request(const CaptureRequest& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[r.layer] = r;
+}
+
+bool CaptureBoard::take(std::int64_t layer, CaptureRequest& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(layer);
+  if (it == pending_.end()) return false;
+  out = it->second;
+  pending_.erase(it);
+  return true;
+}
+
+void CaptureBoard::done(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_.push_back(path);
+}
+
+std::vector<std::string> CaptureBoard::drain_done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto out = std::move(done_);
+  done_.clear();
+  return out;
+}
+
+}  // namespace lpdiag::hooks

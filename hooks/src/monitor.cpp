@@ -1,0 +1,242 @@
+#include "monitor.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "lpdiag/error.hpp"
+#include "lpdiag/hooks/counter_sink.hpp"
+#include "lpdiag/trace/capture.hpp"
+
+namespace lpdiag::hooks {
+
+// Power iteration on the weight's own device, warm-started from the previous record.
+struct Power {
+  torch::Tensor v;
+  double sigma = NAN;
+  torch::Tensor u;
+  void run(const torch::Tensor& w, int iters = 30, double tol = 1e-6) {
+    if (!v.defined() || v.size(0) != w.size(1)) {
+      auto gen = torch::ones({w.size(1)}, w.options());
+      v = gen / gen.norm();
+    }
+    for (int it = 0; it < iters; ++it) {
+      u = torch::mv(w, v);
+      const double un = u.norm().item<double>();
+      if (un == 0) {
+        sigma = 0;
+        return;
+      }
+      u = u / un;
+      torch::Tensor x = torch::mv(w.t(), u);
+      sigma = x.norm().item<double>();
+      const double residual = (x - sigma * v).norm().item<double>() / sigma;
+      v = x / sigma;
+      if (residual < tol) break;
+    }
+  }
+};
+
+struct Monitor::Tracked {
+  MatrixSpec spec;
+  torch::Tensor weight;  // the parameter (a view of it is read at each record)
+  int64_t row0 = 0, row1 = 0;
+  Power whole, delta;
+  std::vector<Power> heads;
+  torch::Tensor prev;  // W at the previous update record (fp32, same device): all update stats need
+  torch::Tensor prev_u, prev_v;
+  torch::Tensor slice() const { return weight.detach().narrow(0, row0, row1 - row0).to(torch::kFloat32); }
+};
+
+Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
+                 int64_t world_size)
+    : run_config_(std::move(run_config)), n_layer_(n_layer), n_head_(n_head), head_dim_(head_dim), rank_(rank),
+      world_size_(world_size) {
+  TORCH_CHECK(n_layer > 0 && n_head > 0 && head_dim > 0, "lpdiag.Monitor: n_layer, n_head and head_dim must be positive");
+  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "lpdiag.Monitor: rank ", rank, " is not in [0, ", world_size, ")");
+  stem_ = path.size() > 3 && path.substr(path.size() - 3) == ".h5" ? path.substr(0, path.size() - 3) : path;
+  if (world_size > 1) stem_ += ".rank" + std::to_string(rank);
+  path_ = stem_ + ".h5";
+  // Fail now if the trace cannot be written; the writer itself opens at the first record, when
+  // the role map is complete.
+  {
+    std::ofstream probe(path_, std::ios::binary | std::ios::trunc);
+    TORCH_CHECK(probe.good(), "lpdiag.Monitor: cannot write the trace ", path_, " (does the directory exist and is it writable?)");
+  }
+  std::remove(path_.c_str());
+  for (int64_t l = 0; l < n_layer; ++l)
+    layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
+}
+
+Monitor::~Monitor() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Monitor::add_matrix(std::string name, std::string role, int64_t layer, int64_t n_heads, torch::Tensor weight,
+                         int64_t row0, int64_t row1) {
+  TORCH_CHECK(!writer_, "lpdiag.Monitor: add_matrix after the first record(); register the role map first");
+  TORCH_CHECK(is_valid_role(role), "lpdiag.Monitor: unknown role '", role, "'");
+  TORCH_CHECK(weight.dim() == 2, "lpdiag.Monitor: weight of ", name, " must be 2-D, got ", weight.sizes());
+  TORCH_CHECK(0 <= row0 && row0 < row1 && row1 <= weight.size(0), "lpdiag.Monitor: rows [", row0, ", ", row1, ") of ", name,
+              " are outside its ", weight.size(0), " rows");
+  TORCH_CHECK(n_heads == 0 || (row1 - row0) % n_heads == 0, "lpdiag.Monitor: ", row1 - row0, " rows of ", name,
+              " do not split into ", n_heads, " heads");
+  auto m = std::make_unique<Tracked>();
+  m->spec = {name, role, layer, row1 - row0, weight.size(1), n_heads, name + " rows [" + std::to_string(row0) + ":" + std::to_string(row1) + "]"};
+  m->weight = weight;
+  m->row0 = row0;
+  m->row1 = row1;
+  m->heads.resize(static_cast<std::size_t>(n_heads));
+  matrices_.push_back(std::move(m));
+}
+
+void Monitor::add_fused_qkv(std::string prefix, int64_t layer, torch::Tensor weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) % 3 == 0, "lpdiag.Monitor: fused c_attn weight must be (3C, C), got ", weight.sizes());
+  const int64_t c = weight.size(0) / 3;
+  add_matrix(prefix + ".q", "attn_q", layer, n_head_, weight, 0, c);
+  add_matrix(prefix + ".k", "attn_k", layer, n_head_, weight, c, 2 * c);
+  add_matrix(prefix + ".v", "attn_v", layer, 0, weight, 2 * c, 3 * c);
+}
+
+void Monitor::add_activation(std::string name, int64_t layer) {
+  TORCH_CHECK(!writer_, "lpdiag.Monitor: add_activation after the first record()");
+  activation_names_.push_back(name);
+  activation_layers_.push_back(layer);
+}
+
+void Monitor::observe_activation(std::string name, torch::Tensor x) {
+  torch::NoGradGuard g;
+  torch::Tensor f = x.detach().to(torch::kFloat32);
+  activation_values_[name] = {f.abs().max().item<float>(), f.pow(2).mean().sqrt().item<float>()};
+}
+
+void Monitor::set_cadence(std::string signal, int64_t every) {
+  TORCH_CHECK(cadence_.count(signal), "lpdiag.Monitor: unknown signal '", signal, "' (weights, updates, attention, activations)");
+  TORCH_CHECK(every >= 1, "lpdiag.Monitor: cadence must be >= 1");
+  cadence_[signal] = every;
+}
+
+void Monitor::set_flush_every(int64_t records) {
+  TORCH_CHECK(records >= 1, "lpdiag.Monitor: flush_every must be >= 1");
+  flush_every_ = records;
+}
+
+void Monitor::set_stop_on_nan(bool stop) { stop_on_nan_ = stop; }
+
+void Monitor::set_capture_trigger(double rate, int64_t max_captures) {
+  capture_rate_ = rate;
+  captures_left_ = max_captures;
+}
+
+void Monitor::request_capture(int64_t layer, int64_t step) {
+  CaptureBoard::instance().request({layer, step, capture_file_name(stem_, step, layer)});
+}
+
+void Monitor::open_writer() {
+  for (const auto& m : matrices_) layout_.matrices.push_back(m->spec);
+  for (std::size_t i = 0; i < activation_names_.size(); ++i) layout_.activations.push_back({activation_names_[i], activation_layers_[i]});
+  TraceHeader h;
+  h.producer = std::string("lpdiag 0.1.0 (libtorch ") + TORCH_VERSION + ")";
+  h.run_config = run_config_;
+  h.rank = rank_;
+  h.world_size = world_size_;
+  TraceWriterOptions o;
+  o.flush_every = static_cast<int>(flush_every_);
+  try {
+    writer_ = std::make_unique<TraceWriter>(path_, layout_, h, o);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag.Monitor: ", e.what());
+  }
+}
+
+void Monitor::weight_stats(Tracked& m, TraceRecord& r, std::size_t idx) {
+  const torch::Tensor w = m.slice();
+  m.whole.run(w);
+  WeightStats& s = r.weights[idx];
+  s.spectral_norm = m.whole.sigma;
+  s.frobenius_norm = w.norm().item<double>();
+  s.stable_rank = s.spectral_norm > 0 ? s.frobenius_norm * s.frobenius_norm / (s.spectral_norm * s.spectral_norm) : NAN;
+  const int64_t nh = m.spec.n_heads;
+  for (int64_t h = 0; h < nh; ++h) {
+    const int64_t rows = m.spec.rows / nh;
+    m.heads[static_cast<std::size_t>(h)].run(w.narrow(0, h * rows, rows));
+    s.head_spectral_norm[static_cast<std::size_t>(h)] = m.heads[static_cast<std::size_t>(h)].sigma;
+  }
+}
+
+void Monitor::update_stats(Tracked& m, TraceRecord& r, std::size_t idx) {
+  const torch::Tensor w = m.slice();
+  if (m.prev.defined()) {
+    const torch::Tensor d = w - m.prev;
+    const double fro2 = d.pow(2).sum().item<double>();
+    UpdateStats& u = r.updates[idx];
+    if (fro2 > 0) {
+      m.delta.run(d);
+      u.sigma1 = m.delta.sigma;
+      u.concentration = m.delta.sigma * m.delta.sigma / fro2;
+      if (m.prev_u.defined())
+        u.similarity_prev = std::fabs(torch::dot(m.delta.u, m.prev_u).item<double>()) * std::fabs(torch::dot(m.delta.v, m.prev_v).item<double>());
+      m.prev_u = m.delta.u.clone();
+      m.prev_v = m.delta.v.clone();
+    } else {
+      u.sigma1 = 0;
+    }
+  }
+  m.prev = w.clone();
+}
+
+bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
+  torch::NoGradGuard no_grad;
+  if (!writer_) open_writer();
+  TraceRecord r = TraceRecord::unmeasured(layout_, step);
+  r.scalars[0] = loss;
+  r.scalars[1] = lr;
+  r.scalars[2] = grad_norm;
+  auto due = [&](const char* s) { return step % cadence_[s] == 0; };
+  const auto counters = CounterSink::instance().drain();
+  if (due("attention")) {
+    for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
+      auto it = counters.find(layout_.attention[l].layer_index);
+      if (it == counters.end() || static_cast<int64_t>(it->second.size()) != n_head_) continue;
+      for (std::size_t h = 0; h < it->second.size(); ++h) {
+        HeadCounters c = it->second[h];
+        if (c.o_err_count <= 0) c.o_err_count = c.o_err_pos = c.o_err_neg = -1, c.o_err_sum = c.o_err_sumsq = NAN;
+        if (c.delta_err_count <= 0) c.delta_err_count = c.delta_err_pos = c.delta_err_neg = -1, c.delta_err_sum = c.delta_err_sumsq = NAN;
+        r.attention[l][h] = c;
+        if (capture_rate_ >= 0 && captures_left_ > 0 && c.rows > 0 && double(c.repeated_max_rows) / double(c.rows) > capture_rate_) {
+          request_capture(layout_.attention[l].layer_index, step + 1);
+          --captures_left_;
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < matrices_.size(); ++i) {
+    if (due("weights")) weight_stats(*matrices_[i], r, i);
+    if (due("updates")) update_stats(*matrices_[i], r, i);
+  }
+  if (due("activations"))
+    for (std::size_t i = 0; i < activation_names_.size(); ++i) {
+      auto it = activation_values_.find(activation_names_[i]);
+      if (it != activation_values_.end()) r.activations[i] = {it->second.first, it->second.second};
+    }
+  activation_values_.clear();
+  for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
+  const bool finite = std::isfinite(loss);
+  if (!finite) writer_->add_event({step, "nan_inf", -1, -1, loss, "loss is not finite"});
+  writer_->append(r);
+  ++records_;
+  if (!finite && stop_on_nan_) {
+    writer_->flush();
+    return false;
+  }
+  return true;
+}
+
+void Monitor::close() {
+  if (writer_) writer_->close();
+}
+
+}  // namespace lpdiag::hooks

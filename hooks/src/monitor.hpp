@@ -1,0 +1,71 @@
+// lpdiag::Monitor: records a training run into a trace (TRACE_FORMAT.md). One class for C++ and
+// Python (torch.classes.lpdiag.Monitor after torch.ops.load_library). The training loop calls
+// record() once per step; everything else happens at each signal's cadence.
+#pragma once
+#include <torch/custom_class.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lpdiag/trace/trace_writer.hpp"
+
+namespace lpdiag::hooks {
+
+class Monitor : public torch::CustomClassHolder {
+ public:
+  // Fails here, not mid-run, when `path` cannot be written. world_size > 1 writes
+  // NAME.rank<k>.h5.
+  Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
+          int64_t world_size);
+  ~Monitor() override;
+
+  // Role map: rows [row0, row1) of `weight` (2-D, out x in, as nn.Linear stores it) are matrix
+  // `name` with `role` of layer `layer`; n_heads > 0 slices it per head (attn_q, attn_k).
+  void add_matrix(std::string name, std::string role, int64_t layer, int64_t n_heads, torch::Tensor weight, int64_t row0,
+                  int64_t row1);
+  // GPT-2's fused c_attn (3C x C): registers q, k, v of `layer` from one weight.
+  void add_fused_qkv(std::string prefix, int64_t layer, torch::Tensor weight);
+  void add_activation(std::string name, int64_t layer);
+  void observe_activation(std::string name, torch::Tensor x);
+  // signal: "weights", "updates", "attention", "activations"; every: record it every N steps.
+  void set_cadence(std::string signal, int64_t every);
+  void set_flush_every(int64_t records);
+  void set_stop_on_nan(bool stop);
+  // Write a capture of layer `layer` at the next step whose rate of repeated-max rows exceeds
+  // `rate` (at most `max_captures` captures).
+  void set_capture_trigger(double rate, int64_t max_captures);
+  void request_capture(int64_t layer, int64_t step);
+
+  // Records step `step`. Returns false when training should stop (non-finite loss and
+  // stop_on_nan).
+  bool record(int64_t step, double loss, double lr, double grad_norm);
+  void close();
+  std::string trace_path() const { return path_; }
+  int64_t records() const { return records_; }
+
+ private:
+  struct Tracked;
+  void open_writer();
+  void weight_stats(Tracked& m, TraceRecord& r, std::size_t idx);
+  void update_stats(Tracked& m, TraceRecord& r, std::size_t idx);
+
+  std::string path_, stem_, run_config_;
+  int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
+  std::vector<std::unique_ptr<Tracked>> matrices_;
+  std::vector<std::string> activation_names_;
+  std::vector<int64_t> activation_layers_;
+  std::map<std::string, std::pair<float, float>> activation_values_;
+  std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
+  int64_t flush_every_ = 100;
+  bool stop_on_nan_ = false;
+  double capture_rate_ = -1;
+  int64_t captures_left_ = 0;
+  int64_t records_ = 0;
+  TraceLayout layout_;
+  std::unique_ptr<TraceWriter> writer_;
+};
+
+}  // namespace lpdiag::hooks

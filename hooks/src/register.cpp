@@ -1,0 +1,28 @@
+// The operator and the Monitor class, registered once for C++ and Python.
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include "attention_op.hpp"
+#include "monitor.hpp"
+
+TORCH_LIBRARY(lpdiag, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
+        "str instrument='counters', int layer_index=-1) -> Tensor",
+        &lpdiag::hooks::attention);
+  using lpdiag::hooks::Monitor;
+  m.class_<Monitor>("Monitor")
+      .def(torch::init<std::string, int64_t, int64_t, int64_t, std::string, int64_t, int64_t>())
+      .def("add_matrix", &Monitor::add_matrix)
+      .def("add_fused_qkv", &Monitor::add_fused_qkv)
+      .def("add_activation", &Monitor::add_activation)
+      .def("observe_activation", &Monitor::observe_activation)
+      .def("set_cadence", &Monitor::set_cadence)
+      .def("set_flush_every", &Monitor::set_flush_every)
+      .def("set_stop_on_nan", &Monitor::set_stop_on_nan)
+      .def("set_capture_trigger", &Monitor::set_capture_trigger)
+      .def("request_capture", &Monitor::request_capture)
+      .def("record", &Monitor::record)
+      .def("close", &Monitor::close)
+      .def("trace_path", &Monitor::trace_path)
+      .def("records", &Monitor::records);
+}

@@ -1,0 +1,139 @@
+// The LibTorch layer: the operator against the fp64 reference, its argument checks, and the
+// Monitor's records, failure modes and captures.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "attention_op.hpp"
+#include "catch_compat.hpp"
+#include "lpdiag/attention/reference.hpp"
+#include "lpdiag/hooks/counter_sink.hpp"
+#include "lpdiag/trace/capture.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
+#include "monitor.hpp"
+
+using lpdiag::hooks::attention;
+using lpdiag::hooks::Monitor;
+
+namespace {
+std::string tmp(const std::string& n) {
+  auto d = std::filesystem::temp_directory_path() / ("lpdiag-hooks-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return (d / n).string();
+}
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("the op's gradients match the fp64 reference (fp32 policy, fp32 inputs)", "[hooks]") {
+  torch::manual_seed(std::random_device{}());
+  const int64_t B = 2, H = 2, N = 37, d = 16;
+  auto q = torch::randn({B, H, N, d}).requires_grad_(true), k = torch::randn({B, H, N, d}).requires_grad_(true),
+       v = torch::randn({B, H, N, d}).requires_grad_(true);
+  auto g = torch::randn({B, H, N, d});
+  torch::Tensor o = attention(q, k, v, true, "fp32", "none", "full", -1);
+  o.backward(g);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      auto as_d = [&](const torch::Tensor& t) {
+        torch::Tensor x = t.detach()[b][h].to(torch::kFloat64).contiguous();
+        return std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
+      };
+      const auto qd = as_d(q), kd = as_d(k), vd = as_d(v), gd = as_d(g);
+      const auto ref = lpdiag::reference_attention(qd.data(), kd.data(), vd.data(), gd.data(), N, d, 0.25, true);
+      const auto od = as_d(o), dq = as_d(q.grad()), dk = as_d(k.grad()), dv = as_d(v.grad());
+      // fp32 arithmetic on O(1) values over <= 37 x 16 terms: 1e-4 is ~100x the rounding.
+      for (std::size_t x = 0; x < od.size(); ++x) {
+        REQUIRE(std::fabs(od[x] - ref.o[x]) < 1e-4);
+        REQUIRE(std::fabs(dq[x] - ref.dq[x]) < 1e-4);
+        REQUIRE(std::fabs(dk[x] - ref.dk[x]) < 1e-4);
+        REQUIRE(std::fabs(dv[x] - ref.dv[x]) < 1e-4);
+      }
+    }
+}
+
+TEST_CASE("the op in bf16 returns bf16 and its counters reach the sink", "[hooks]") {
+  lpdiag::hooks::CounterSink::instance().drain();
+  auto q = torch::randn({1, 3, 20, 8}).to(torch::kBFloat16), k = torch::randn({1, 3, 20, 8}).to(torch::kBFloat16),
+       v = torch::randn({1, 3, 20, 8}).to(torch::kBFloat16);
+  torch::Tensor o = attention(q, k, v, false, "fa2", "paper:beta=3", "counters", 4);
+  CHECK(o.scalar_type() == torch::kBFloat16);
+  const auto got = lpdiag::hooks::CounterSink::instance().drain();
+  REQUIRE(got.count(4) == 1);
+  REQUIRE(got.at(4).size() == 3);
+  CHECK(got.at(4)[0].rows == 20);
+}
+
+TEST_CASE("wrong shapes, dtypes and arguments give messages that name the argument", "[hooks]") {
+  auto q = torch::randn({1, 2, 8, 4}).to(torch::kBFloat16);
+  CHECK(message_of([&] { attention(q, torch::randn({1, 2, 8}).to(torch::kBFloat16), q, false, "fa2", "none", "counters", -1); })
+            .find("k must have shape (B, H, N, d)") != std::string::npos);
+  CHECK(message_of([&] { attention(q, q, torch::randn({1, 2, 8, 4}, torch::kFloat64), false, "fa2", "none", "counters", -1); })
+            .find("v must be bfloat16") != std::string::npos);
+  CHECK(message_of([&] { attention(q, q, q, false, "fa3", "none", "counters", -1); }).find("unknown attention policy 'fa3'") !=
+        std::string::npos);
+  CHECK(message_of([&] { attention(q, q, q, false, "fa2", "none", "loud", -1); }).find("instrument must be") != std::string::npos);
+}
+
+TEST_CASE("Monitor: unwritable path fails at construction", "[hooks][monitor]") {
+  CHECK(message_of([] { Monitor m("/nonexistent-dir/run.h5", 1, 1, 8, "{}", 0, 1); }).find("cannot write the trace") != std::string::npos);
+  CHECK(message_of([] { Monitor m(tmp("r.h5"), 1, 1, 8, "{}", 3, 2); }).find("rank 3") != std::string::npos);
+}
+
+TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes captures on demand", "[hooks][monitor]") {
+  lpdiag::hooks::CounterSink::instance().drain();
+  const int64_t H = 2, d = 8, C = H * d;
+  auto w = torch::randn({3 * C, C}, torch::requires_grad());
+  auto mon = c10::make_intrusive<Monitor>(tmp("mon.h5"), 1, H, d, R"({"test":1})", 0, 1);
+  mon->add_fused_qkv("blk0", 0, w);
+  mon->set_stop_on_nan(true);
+  mon->request_capture(0, 2);
+  bool keep = true;
+  for (int64_t step = 0; step < 5 && keep; ++step) {
+    auto x = torch::randn({2, 12, C});
+    auto qkv = torch::matmul(x, w.t()).split(C, 2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({2, 12, H, d}).transpose(1, 2).to(torch::kBFloat16); };
+    if (step == 2) mon->request_capture(0, 2);
+    auto o = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, "fa2", "none", "full", 0);
+    auto loss = o.to(torch::kFloat32).pow(2).mean();
+    loss.backward();
+    {
+      torch::NoGradGuard g;
+      w -= 0.1 * w.grad();
+      w.grad().zero_();
+    }
+    keep = mon->record(step, step == 4 ? NAN : loss.item<double>(), 1e-3, 1.0);
+  }
+  CHECK_FALSE(keep);  // NaN loss with stop_on_nan
+  mon->close();
+  lpdiag::TraceReader r(mon->trace_path());
+  REQUIRE(r.records() == 5);
+  CHECK(r.matrices("attn_q").size() == 1);
+  const auto hs = r.series("/weights/blk0.q/head_spectral_norm", 0, 5);
+  CHECK(hs[0] > 0);
+  const auto sim = r.series("/updates/blk0.q/similarity_prev", 0, 5);
+  CHECK(std::isnan(sim[0]));  // no previous record yet
+  CHECK(sim[2] >= 0);
+  const auto att = r.attention(0, 0, 5);
+  CHECK(att[0].rows == 24);  // 2 batches x 12 rows for head 0
+  CHECK(att[0].delta_err_count == 24);
+  bool nan_event = false, capture_event = false;
+  std::string capture;
+  for (const auto& e : r.events()) {
+    nan_event |= e.kind == "nan_inf" && e.step == 4;
+    if (e.kind == "capture_written") capture_event = true, capture = e.message;
+  }
+  CHECK(nan_event);
+  REQUIRE(capture_event);
+  const lpdiag::AttentionCapture c = lpdiag::read_capture(capture);
+  CHECK(c.step == 2);
+  CHECK((c.B == 2 && c.H == H && c.N == 12 && c.d == d));
+  CHECK(c.causal);
+}
