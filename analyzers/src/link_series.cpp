@@ -7,40 +7,34 @@
 
 namespace lpdiag::analysis {
 
-std::vector<double> repeated_rate(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
+namespace {
+// One value per bin from the bin's sums for (layer, head); NaN where `f` finds no data.
+template <class F>
+std::vector<double> per_bin(const BinnedTrace& t, std::size_t layer, std::int64_t head, F f) {
   std::vector<double> r(static_cast<std::size_t>(t.bins), tools::nan());
-  for (int b = 0; b < t.bins; ++b) {
-    const HeadBin& x = t.at(layer, head, b);
-    if (x.rows > 0) r[b] = x.repeated / x.rows;
-  }
+  for (int b = 0; b < t.bins; ++b) r[b] = f(t.at(layer, head, b));
   return r;
+}
+}  // namespace
+
+std::vector<double> repeated_rate(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
+  return per_bin(t, layer, head, [](const HeadBin& x) { return x.rows > 0 ? x.repeated / x.rows : tools::nan(); });
 }
 
 std::vector<double> delta_z(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
-  std::vector<double> r(static_cast<std::size_t>(t.bins), tools::nan());
-  for (int b = 0; b < t.bins; ++b) {
-    const HeadBin& x = t.at(layer, head, b);
-    if (x.d_count >= 2) r[b] = mean_z(static_cast<std::int64_t>(x.d_count), x.d_sum, x.d_sumsq);
-  }
-  return r;
+  return per_bin(t, layer, head, [](const HeadBin& x) {
+    return x.d_count >= 2 ? mean_z(static_cast<std::int64_t>(x.d_count), x.d_sum, x.d_sumsq) : tools::nan();
+  });
 }
 
 std::vector<double> delta_mean(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
-  std::vector<double> r(static_cast<std::size_t>(t.bins), tools::nan());
-  for (int b = 0; b < t.bins; ++b) {
-    const HeadBin& x = t.at(layer, head, b);
-    if (x.d_count > 0) r[b] = x.d_sum / x.d_count;
-  }
-  return r;
+  return per_bin(t, layer, head, [](const HeadBin& x) { return x.d_count > 0 ? x.d_sum / x.d_count : tools::nan(); });
 }
 
 std::vector<double> o_z(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
-  std::vector<double> r(static_cast<std::size_t>(t.bins), tools::nan());
-  for (int b = 0; b < t.bins; ++b) {
-    const HeadBin& x = t.at(layer, head, b);
-    if (x.o_count >= 2) r[b] = mean_z(static_cast<std::int64_t>(x.o_count), x.o_sum, x.o_sumsq);
-  }
-  return r;
+  return per_bin(t, layer, head, [](const HeadBin& x) {
+    return x.o_count >= 2 ? mean_z(static_cast<std::int64_t>(x.o_count), x.o_sum, x.o_sumsq) : tools::nan();
+  });
 }
 
 std::vector<double> head_sigma(const BinnedTrace& t, std::size_t layer, std::int64_t head) {

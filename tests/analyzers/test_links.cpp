@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "catch_compat.hpp"
+#include "temp_dir.hpp"
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/analyzers/synth.hpp"
 #include "lpdiag/error.hpp"
@@ -9,11 +10,7 @@
 using namespace lpdiag::analysis;
 
 namespace {
-std::string tmp(const std::string& n) {
-  auto d = std::filesystem::temp_directory_path() / ("lpdiag-links-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return (d / n).string();
-}
+std::string tmp(const std::string& n) { return lpdiag_test::temp_path("links", n); }
 }  // namespace
 
 TEST_CASE("a planted chain is found with every link in order at the planted place", "[analyzers]") {

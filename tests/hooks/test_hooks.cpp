@@ -7,6 +7,7 @@
 
 #include "attention_op.hpp"
 #include "catch_compat.hpp"
+#include "temp_dir.hpp"
 #include "lpdiag/attention/reference.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
@@ -17,11 +18,7 @@ using lpdiag::hooks::attention;
 using lpdiag::hooks::Monitor;
 
 namespace {
-std::string tmp(const std::string& n) {
-  auto d = std::filesystem::temp_directory_path() / ("lpdiag-hooks-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return (d / n).string();
-}
+std::string tmp(const std::string& n) { return lpdiag_test::temp_path("hooks", n); }
 std::string message_of(const std::function<void()>& f) {
   try {
     f();

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "catch_compat.hpp"
+#include "temp_dir.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/numerics/convert.hpp"
 #include "lpdiag/trace/capture.hpp"
@@ -10,6 +11,7 @@
 using namespace lpdiag;
 
 namespace {
+std::string tmp(const std::string& n) { return lpdiag_test::temp_path("cap", n); }
 AttentionCapture random_capture(std::uint64_t seed) {
   AttentionCapture c;
   c.step = 1234, c.layer_index = 3, c.layer = "transformer.h.3.attn", c.causal = true;
@@ -25,11 +27,6 @@ AttentionCapture random_capture(std::uint64_t seed) {
   c.lse.resize(c.elements() / 8);
   for (float& x : c.lse) x = g(rng);
   return c;
-}
-std::string tmp(const std::string& n) {
-  auto d = std::filesystem::temp_directory_path() / ("lpdiag-cap-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return (d / n).string();
 }
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "catch_compat.hpp"
+#include "temp_dir.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 #include "lpdiag/trace/trace_writer.hpp"
@@ -23,12 +24,8 @@ using namespace lpdiag;
 using namespace lpdiag::testing;
 
 namespace {
+std::string temp_path(const std::string& n) { return lpdiag_test::temp_path("crash", n); }
 
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("lpdiag-crash-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
 
 // Child: appends forever, writing the committed record count to `fd` after every flush.
 [[noreturn]] void run_writer(const std::string& path, int flush_every, int fd, int sleep_us) {

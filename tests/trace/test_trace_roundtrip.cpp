@@ -3,6 +3,7 @@
 #include <string>
 
 #include "catch_compat.hpp"
+#include "temp_dir.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 #include "lpdiag/trace/trace_writer.hpp"
@@ -12,11 +13,7 @@ using namespace lpdiag;
 using namespace lpdiag::testing;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("lpdiag-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
+std::string temp_path(const std::string& n) { return lpdiag_test::temp_path("test", n); }
 }  // namespace
 
 TEST_CASE("a trace round-trips: metadata, layout, every series, unmeasured fill, events", "[trace]") {
