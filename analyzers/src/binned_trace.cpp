@@ -110,17 +110,22 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
         }
       }
       for (const Att& a : atts) {
-        const auto c = r.attention(a.layer_index, r0, m);
+        // Only the nine counters the links use (of seventeen), read as doubles.
+        const std::string g = "/attention/" + r.attention_layer(a.layer_index)->name + "/";
+        const auto rows = r.series(g + "rows", r0, m), rep = r.series(g + "repeated_max_rows", r0, m);
+        const auto oc = r.series(g + "o_err_count", r0, m), os = r.series(g + "o_err_sum", r0, m),
+                   oss = r.series(g + "o_err_sumsq", r0, m);
+        const auto dc = r.series(g + "delta_err_count", r0, m), ds = r.series(g + "delta_err_sum", r0, m),
+                   dss = r.series(g + "delta_err_sumsq", r0, m);
+        const auto lm = r.series(g + "logit_max", r0, m);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t h = 0; h < a.heads; ++h) {
-            const HeadCounters& x = c[static_cast<std::size_t>(i * a.heads + h)];
+            const auto x = static_cast<std::size_t>(i * a.heads + h);
             HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
-            if (x.rows > 0 && x.repeated_max_rows >= 0) b.rows += double(x.rows), b.repeated += double(x.repeated_max_rows);
-            if (x.o_err_count > 0 && measured(x.o_err_sum) && measured(x.o_err_sumsq))
-              b.o_count += double(x.o_err_count), b.o_sum += x.o_err_sum, b.o_sumsq += x.o_err_sumsq;
-            if (x.delta_err_count > 0 && measured(x.delta_err_sum) && measured(x.delta_err_sumsq))
-              b.d_count += double(x.delta_err_count), b.d_sum += x.delta_err_sum, b.d_sumsq += x.delta_err_sumsq;
-            if (std::isfinite(x.logit_max)) b.logit_max = std::max(b.logit_max, double(x.logit_max));
+            if (rows[x] > 0 && rep[x] >= 0) b.rows += rows[x], b.repeated += rep[x];
+            if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += oc[x], b.o_sum += os[x], b.o_sumsq += oss[x];
+            if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += dc[x], b.d_sum += ds[x], b.d_sumsq += dss[x];
+            if (std::isfinite(lm[x])) b.logit_max = std::max(b.logit_max, lm[x]);
           }
       }
       for (const Q& q : qs) {
