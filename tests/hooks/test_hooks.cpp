@@ -134,3 +134,25 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   CHECK((c.B == 2 && c.H == H && c.N == 12 && c.d == d));
   CHECK(c.causal);
 }
+
+TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the threshold", "[hooks][monitor]") {
+  lpdiag::hooks::CounterSink::instance().drain();
+  auto mon = c10::make_intrusive<Monitor>(tmp("trigger.h5"), 1, 2, 8, "{}", 0, 1);
+  mon->set_capture_trigger(0.5, 1);  // at most one capture
+  auto k = torch::randn({1, 2, 16, 8}).to(torch::kBFloat16).requires_grad_(true);
+  for (int64_t step = 0; step < 4; ++step) {
+    // q = 0: every score is 0, so every row's max repeats (rate 1 > 0.5).
+    auto q = torch::zeros({1, 2, 16, 8}, torch::kBFloat16).requires_grad_(true);
+    attention(q, k, k, false, "fa2", "none", "counters", 0).to(torch::kFloat32).sum().backward();
+    mon->record(step, 1.0, 1e-3, 1.0);
+  }
+  mon->close();
+  lpdiag::TraceReader r(mon->trace_path());
+  int captures = 0;
+  for (const auto& e : r.events()) {
+    if (e.kind != "capture_written") continue;
+    ++captures;
+    CHECK(lpdiag::read_capture(e.message).step == 1);  // requested at step 0 for the next step
+  }
+  CHECK(captures == 1);
+}
