@@ -7,7 +7,9 @@
 namespace lpdiag::analysis {
 
 LinkResult analyze_trigger(const BinnedTrace& t) {
-  LinkResult best{"C1", "trigger (repeated maxima)"};
+  LinkResult best;
+  best.id = "C1";
+  best.name = "trigger (repeated maxima)";
   const int K = t.bins, base_end = std::max(3, K / 5), window = std::max(3, K / 25);
   double best_effect = 0;
   std::string seen = "no attention counters in the trace";
@@ -25,14 +27,7 @@ LinkResult analyze_trigger(const BinnedTrace& t) {
       const double effect = tools::mean_of(r, onset, K) - base;
       if (effect <= best_effect) continue;
       best_effect = effect;
-      best.present = true;
-      best.onset_bin = onset;
-      best.onset_step = t.bin_step(onset);
-      best.layer_index = t.layers[l];
-      best.head = h;
-      best.effect = effect;
-      best.confidence = tools::clamp01(1.0 - margin / effect);
-      best.series = r;
+      tools::set_found(best, t, onset, t.layers[l], h, effect, 1.0 - margin / effect, r);
       best.evidence = fmt::format("repeated-max row rate of layer {} head {} rose from a baseline of {:.4f} to {:.4f} (mean after onset)",
                                   t.layers[l], h, base, base + effect);
     }

@@ -26,7 +26,9 @@ Pool pool(const BinnedTrace& t, std::size_t l, std::int64_t h, int b0, int b1) {
 }  // namespace
 
 LinkResult analyze_bias(const BinnedTrace& t, double z_threshold) {
-  LinkResult best{"C2", "biased rounding (delta error)"};
+  LinkResult best;
+  best.id = "C2";
+  best.name = "biased rounding (delta error)";
   const int K = t.bins, W = std::max(3, K / 40);
   double best_z = 0;
   bool any_data = false;
@@ -58,14 +60,7 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold) {
         if (std::fabs(z_after) > std::fabs(best_z)) {
           best_z = z_after;
           const Pool all = pool(t, l, h, 0, K);
-          best.present = true;
-          best.onset_bin = onset;
-          best.onset_step = t.bin_step(onset);
-          best.layer_index = t.layers[l];
-          best.head = h;
-          best.effect = rest.s / rest.n;
-          best.confidence = tools::clamp01(1.0 - z_threshold / std::fabs(z_after));
-          best.series = zb;
+          tools::set_found(best, t, onset, t.layers[l], h, rest.s / rest.n, 1.0 - z_threshold / std::fabs(z_after), zb);
           best.evidence = fmt::format(
               "delta error of layer {} head {}: mean {:+.3e} after the onset (z {:+.1f}), one-signed in {}% of bins; "
               "running driver D = {:+.3e} (drift z {:+.1f})",

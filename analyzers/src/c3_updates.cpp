@@ -8,7 +8,9 @@
 namespace lpdiag::analysis {
 
 LinkResult analyze_updates(const BinnedTrace& t) {
-  LinkResult best{"C3", "aligned low-rank updates"};
+  LinkResult best;
+  best.id = "C3";
+  best.name = "aligned low-rank updates";
   const int K = t.bins, base_end = std::max(3, K / 5), window = std::max(3, K / 25);
   double best_effect = 0;
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
@@ -32,13 +34,7 @@ LinkResult analyze_updates(const BinnedTrace& t) {
     const double effect = tools::mean_of(sim, onset, K) - s0;
     if (effect <= best_effect) continue;
     best_effect = effect;
-    best.present = true;
-    best.onset_bin = onset;
-    best.onset_step = t.bin_step(onset);
-    best.layer_index = t.layers[l];
-    best.effect = effect;
-    best.confidence = tools::clamp01(1.0 - 1.0 / tools::mean_of(score, onset, K));
-    best.series = sim;
+    tools::set_found(best, t, onset, t.layers[l], -1, effect, 1.0 - 1.0 / tools::mean_of(score, onset, K), sim);
     best.evidence = fmt::format("W_Q updates of layer {}: top-pair similarity {:.2f} -> {:.2f}, concentration {:.2f} -> {:.2f}",
                                 t.layers[l], s0, tools::mean_of(sim, onset, K), c0, tools::mean_of(conc, onset, K));
   }

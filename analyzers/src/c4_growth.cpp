@@ -30,7 +30,9 @@ int hinge_change_point(const std::vector<double>& y, double level, int lo, int h
 }  // namespace
 
 LinkResult analyze_growth(const BinnedTrace& t) {
-  LinkResult best{"C4", "spectral growth of W_Q"};
+  LinkResult best;
+  best.id = "C4";
+  best.name = "spectral growth of W_Q";
   const int K = t.bins, base_end = std::max(3, K / 5), window = std::max(3, K / 25);
   double best_growth = 0;
   const std::int64_t heads = t.has_head_sigma ? t.heads : 1;
@@ -52,14 +54,7 @@ LinkResult analyze_growth(const BinnedTrace& t) {
       if (growth <= best_growth) continue;
       best_growth = growth;
       const int onset = hinge_change_point(y, y0, std::max(0, cross - K / 5), cross);
-      best.present = true;
-      best.onset_bin = onset;
-      best.onset_step = t.bin_step(onset);
-      best.layer_index = t.layers[l];
-      best.head = t.has_head_sigma ? h : -1;
-      best.effect = std::exp(growth);
-      best.confidence = tools::clamp01(1.0 - std::log(1.3) / growth);
-      best.series = sigma;
+      tools::set_found(best, t, onset, t.layers[l], t.has_head_sigma ? h : -1, std::exp(growth), 1.0 - std::log(1.3) / growth, sigma);
       best.evidence = fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from a baseline of {:.3g}", t.layers[l],
                                   t.has_head_sigma ? fmt::format(" head {}", h) : std::string(), std::exp(growth), std::exp(y0));
     }

@@ -8,7 +8,9 @@
 namespace lpdiag::analysis {
 
 LinkResult analyze_loss(const BinnedTrace& t) {
-  LinkResult r{"C5", "loss explosion"};
+  LinkResult r;
+  r.id = "C5";
+  r.name = "loss explosion";
   const auto x = loss_series(t);
   r.series = x;
   const int K = t.bins, W = std::max(5, K / 20);

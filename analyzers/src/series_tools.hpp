@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "lpdiag/analyzers/links.hpp"
+
 namespace lpdiag::analysis::tools {
 
 inline double nan() { return std::nan(""); }
@@ -59,5 +61,18 @@ inline double mean_of(const std::vector<double>& x, int b0, int b1) {
 }
 
 inline double clamp01(double x) { return std::max(0.0, std::min(1.0, x)); }
+
+// Marks `r` present with its onset, place, effect, confidence and evidence series.
+inline void set_found(LinkResult& r, const BinnedTrace& t, int onset, std::int64_t layer_index, std::int64_t head,
+                      double effect, double confidence, std::vector<double> series) {
+  r.present = true;
+  r.onset_bin = onset;
+  r.onset_step = t.bin_step(onset);
+  r.layer_index = layer_index;
+  r.head = head;
+  r.effect = effect;
+  r.confidence = clamp01(confidence);
+  r.series = std::move(series);
+}
 
 }  // namespace lpdiag::analysis::tools

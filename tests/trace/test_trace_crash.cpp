@@ -50,6 +50,41 @@ std::string temp_path(const std::string& n) { return lpdiag_test::temp_path("cra
   }
 }
 
+// Runs `body` in a child whose files may not grow past 4 MiB (write() then fails with EFBIG
+// instead of killing it) and returns the child's exit code.
+template <class Body>
+int exit_code_under_file_limit(Body body) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{4 << 20, 4 << 20};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct WriterChild {
+  pid_t pid;
+  int fd;  // read end: committed record counts
+};
+
+// Forks run_writer; the parent gets its pid and the read end of its report pipe.
+WriterChild start_writer(const std::string& path, int flush_every, int sleep_us) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    run_writer(path, flush_every, fds[1], sleep_us);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
 void check_rows(const TraceReader& r) {
   const std::int64_t n = r.records();
   const auto steps = r.steps(0, n);
@@ -76,17 +111,9 @@ TEST_CASE("SIGKILL at random moments: the trace stays readable up to the last fl
   int nonempty = 0;
   for (int t = 0; t < trials; ++t) {
     const std::string path = temp_path("killed." + std::to_string(t) + ".h5");
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      close(fds[0]);
-      run_writer(path, flush_every, fds[1], 0);
-    }
-    close(fds[1]);
+    const auto [pid, fd] = start_writer(path, flush_every, 0);
     std::int64_t committed = -1, v = 0;
-    REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);  // file created and switched to SWMR
+    REQUIRE(read(fd, &v, sizeof v) == sizeof v);  // file created and switched to SWMR
     committed = v;
     // Kill somewhere between the first flushes and a few hundred records.
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 150000)(rng)));
@@ -94,8 +121,8 @@ TEST_CASE("SIGKILL at random moments: the trace stays readable up to the last fl
     int status = 0;
     waitpid(pid, &status, 0);
     REQUIRE(WIFSIGNALED(status));
-    while (read(fds[0], &v, sizeof v) == sizeof v) committed = v;
-    close(fds[0]);
+    while (read(fd, &v, sizeof v) == sizeof v) committed = v;
+    close(fd);
     INFO("trial " << t << ": last reported flush " << committed);
     TraceReader r(path);  // must not throw
     CHECK(r.records() >= committed);
@@ -108,18 +135,10 @@ TEST_CASE("SIGKILL at random moments: the trace stays readable up to the last fl
 
 TEST_CASE("a reader follows a live trace through SWMR and sees new records appear", "[trace][swmr]") {
   const std::string path = temp_path("live.h5");
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    run_writer(path, 1, fds[1], 20000);
-  }
-  close(fds[1]);
+  const auto [pid, fd] = start_writer(path, 1, 20000);
   std::int64_t v = 0;
-  REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);
-  REQUIRE(read(fds[0], &v, sizeof v) == sizeof v);  // first record committed
+  REQUIRE(read(fd, &v, sizeof v) == sizeof v);
+  REQUIRE(read(fd, &v, sizeof v) == sizeof v);  // first record committed
   TraceReader r(path);
   CHECK(r.live());
   const std::int64_t first = r.records();
@@ -134,7 +153,7 @@ TEST_CASE("a reader follows a live trace through SWMR and sees new records appea
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
-  close(fds[0]);
+  close(fd);
   CHECK(growths >= 5);
   CHECK(last > first);
   check_rows(r);
@@ -142,12 +161,7 @@ TEST_CASE("a reader follows a live trace through SWMR and sees new records appea
 
 TEST_CASE("a full disk (RLIMIT_FSIZE): one report, an intact prefix, training goes on", "[trace][io-error]") {
   const std::string path = temp_path("full.h5");
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);  // get EFBIG from write() instead of being killed
-    rlimit lim{4 << 20, 4 << 20};
-    setrlimit(RLIMIT_FSIZE, &lim);
+  const int rc = exit_code_under_file_limit([&]() -> int {
     int reports = 0;
     try {
       const TraceLayout L = fixture_layout(4, 6);
@@ -159,17 +173,14 @@ TEST_CASE("a full disk (RLIMIT_FSIZE): one report, an intact prefix, training go
       std::int64_t step = 0;
       for (; step < 100000 && w.records_dropped() < 50; ++step) w.append(fixture_record(L, step));
       w.close();
-      if (!w.failed()) _exit(10);                 // the limit was never hit
-      if (w.records_committed() < 10) _exit(11);  // nothing landed before it
+      if (!w.failed()) return 10;                 // the limit was never hit
+      if (w.records_committed() < 10) return 11;  // nothing landed before it
     } catch (...) {
-      _exit(12);  // the error escaped into the "training loop"
+      return 12;  // the error escaped into the "training loop"
     }
-    _exit(reports == 1 ? 0 : 13);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+    return reports == 1 ? 0 : 13;
+  });
+  REQUIRE(rc == 0);
   TraceReader r(path);
   CHECK(r.records() >= 10);
   check_rows(r);
@@ -180,12 +191,7 @@ TEST_CASE("a full disk (RLIMIT_FSIZE): one report, an intact prefix, training go
 
 TEST_CASE("stop_on_error: a write failure throws WriteError to the caller", "[trace][io-error]") {
   const std::string path = temp_path("full-stop.h5");
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{4 << 20, 4 << 20};
-    setrlimit(RLIMIT_FSIZE, &lim);
+  const int rc = exit_code_under_file_limit([&]() -> int {
     const TraceLayout L = fixture_layout(4, 6);
     TraceWriterOptions opt;
     opt.flush_every = 10;
@@ -195,14 +201,11 @@ TEST_CASE("stop_on_error: a write failure throws WriteError to the caller", "[tr
       TraceWriter w(path, L, {}, opt);
       for (std::int64_t step = 0; step < 100000; ++step) w.append(fixture_record(L, step));
     } catch (const WriteError&) {
-      _exit(0);
+      return 0;
     } catch (...) {
-      _exit(2);
+      return 2;
     }
-    _exit(1);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+    return 1;  // the failure never reached the caller
+  });
+  CHECK(rc == 0);
 }
