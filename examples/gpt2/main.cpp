@@ -30,15 +30,37 @@ int main(int argc, char** argv) {
   app.add_option("--instrument", cfg.instrument, "off, counters, full")->capture_default_str();
   app.add_option("--text", text, "Training text")->capture_default_str();
   app.add_option("--seed", seed)->capture_default_str();
+  std::string device = "cpu";
+  bool no_monitor = false;
+  int64_t timed_from = 10;
+  app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
+  app.add_option("--attention", cfg.attention, "lpdiag (the op) or sdpa (PyTorch's own, LibTorch >= 2)")->capture_default_str();
+  app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
+  app.add_option("--timed-from", timed_from, "Steady-state timing starts at this step")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cfg.n_embd % cfg.n_head != 0) {
     std::fprintf(stderr, "gpt2_train: --n-embd must be a multiple of --n-head\n");
     return 2;
   }
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "gpt2_train: --device must be cpu or cuda, got '%s'\n", device.c_str());
+    return 2;
+  }
+  if (device == "cuda" && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "gpt2_train: --device cuda but this LibTorch sees no CUDA device; use --device cpu\n");
+    return 2;
+  }
+  if (cfg.attention != "lpdiag" && cfg.attention != "sdpa") {
+    std::fprintf(stderr, "gpt2_train: --attention must be lpdiag or sdpa\n");
+    return 2;
+  }
+  const torch::Device dev(device == "cuda" ? torch::kCUDA : torch::kCPU);
+  if (device == "cuda") at::globalContext().setAllowTF32CuBLAS(true);  // the non-attention matmuls in TF32
   torch::manual_seed(static_cast<uint64_t>(seed));
   const gpt2::Corpus corpus = gpt2::load_corpus(text);
   cfg.vocab = corpus.vocab;
   gpt2::GPT model(cfg);
+  model->to(dev);
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(weight_decay));
 
   const std::string run_config = "{\"model\":\"gpt2\",\"n_layer\":" + std::to_string(cfg.n_layer) + ",\"n_head\":" +
@@ -47,14 +69,15 @@ int main(int argc, char** argv) {
                                  ",\"optimizer\":\"adamw\",\"schedule\":\"warmup+cosine\",\"precision\":\"bf16 attention\",\"policy\":\"" +
                                  cfg.policy + "\",\"fix\":\"" + cfg.fix + "\",\"text\":\"" + corpus.source + "\"}";
   // lpdiag: the Monitor and its role map (fused c_attn -> q, k, v of each layer).
-  auto monitor = c10::make_intrusive<lpdiag::hooks::Monitor>(out, cfg.n_layer, cfg.n_head, cfg.n_embd / cfg.n_head, run_config, 0, 1);
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+  auto monitor = no_monitor ? c10::intrusive_ptr<lpdiag::hooks::Monitor>()
+                            : c10::make_intrusive<lpdiag::hooks::Monitor>(out, cfg.n_layer, cfg.n_head, cfg.n_embd / cfg.n_head, run_config, 0, 1);
+  for (int64_t l = 0; monitor && l < cfg.n_layer; ++l) {
     auto& b = model->blocks[static_cast<std::size_t>(l)];
     monitor->add_fused_qkv("h." + std::to_string(l) + ".attn", l, b->c_attn->weight);
     monitor->add_matrix("h." + std::to_string(l) + ".attn.c_proj", "attn_o", l, 0, b->attn_proj->weight, 0, cfg.n_embd);
     monitor->add_matrix("h." + std::to_string(l) + ".mlp.c_fc", "mlp_in", l, 0, b->c_fc->weight, 0, 4 * cfg.n_embd);
   }
-  monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
+  if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
 
   std::printf("text: %s (%zu tokens, vocab %lld); model: %lld layers, %lld heads, width %lld, block %lld\n", corpus.source.c_str(),
               corpus.tokens.size(), (long long)cfg.vocab, (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
@@ -62,11 +85,14 @@ int main(int argc, char** argv) {
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
   double first_loss = NAN, last_loss = NAN;
   const auto t0 = std::chrono::steady_clock::now();
+  auto t_steady = t0;
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(cur_lr);
-    auto [x, y] = corpus.batch(batch, cfg.block, gen);
+    if (step == timed_from) t_steady = std::chrono::steady_clock::now();
+    auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
+    const torch::Tensor x = xc.to(dev), y = yc.to(dev);
     torch::Tensor logits = model->forward(x);
     torch::Tensor loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
     opt.zero_grad();
@@ -76,15 +102,22 @@ int main(int argc, char** argv) {
     const double l = loss.item<double>();
     if (step == 0) first_loss = l;
     last_loss = l;
-    if (!monitor->record(step, l, cur_lr, grad_norm)) {  // lpdiag: one call per step
+    if (monitor && !monitor->record(step, l, cur_lr, grad_norm)) {  // lpdiag: one call per step
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);
       break;
     }
     if (step % log_every == 0 || step == steps - 1) std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, l, cur_lr, grad_norm);
   }
-  monitor->close();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (monitor) monitor->close();
+  const auto t1 = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  if (steps > timed_from + 1) {
+    const double ss = std::chrono::duration<double>(t1 - t_steady).count();
+    const double n = double(steps - timed_from);
+    std::printf("steady state (steps %lld..%lld): %.2f ms/step, %.0f tokens/s\n", (long long)timed_from, (long long)steps - 1,
+                1e3 * ss / n, n * double(batch * cfg.block) / ss);
+  }
   std::printf("trained %lld steps in %.1f s (%.1f ms/step, %.0f tokens/s); loss %.4f -> %.4f; trace %s\n", (long long)steps, secs,
-              1e3 * secs / double(steps), double(steps * batch * cfg.block) / secs, first_loss, last_loss, monitor->trace_path().c_str());
+              1e3 * secs / double(steps), double(steps * batch * cfg.block) / secs, first_loss, last_loss, monitor ? monitor->trace_path().c_str() : "(no monitor)");
   return last_loss < first_loss ? 0 : 1;
 }

@@ -1,6 +1,9 @@
 #include "model.hpp"
 
+#include <torch/version.h>
+
 #include <cmath>
+#include <stdexcept>
 
 #include "attention_op.hpp"
 
@@ -19,8 +22,17 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, d = C / H;
   auto qkv = c_attn(ln1(x)).split(C, 2);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, d}).transpose(1, 2).to(torch::kBFloat16); };
-  torch::Tensor y = lpdiag::hooks::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, cfg.policy, cfg.fix,
-                                             cfg.instrument, layer);
+  torch::Tensor y;
+  if (cfg.attention == "sdpa") {
+#if TORCH_VERSION_MAJOR >= 2
+    y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
+#else
+    throw std::runtime_error("--attention sdpa needs LibTorch >= 2.0");
+#endif
+  } else {
+    y = lpdiag::hooks::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, cfg.policy, cfg.fix, cfg.instrument,
+                                 layer);
+  }
   y = y.to(torch::kFloat32).transpose(1, 2).contiguous().view({B, T, C});
   torch::Tensor h = x + attn_proj(y);
   return h + mlp_proj(torch::gelu(c_fc(ln2(h))));

@@ -7,6 +7,10 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
 
+#ifdef LPDIAG_HOOKS_CUDA
+#include "attention_cuda.hpp"
+#endif
+
 namespace lpdiag::hooks {
 namespace {
 
@@ -18,8 +22,14 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
               " must be bfloat16 (or float32), got ", t.scalar_type());
   TORCH_CHECK(t.scalar_type() == q.scalar_type(), "lpdiag::attention: ", name, " has dtype ", t.scalar_type(), " but q has ",
               q.scalar_type());
+  TORCH_CHECK(t.device() == q.device(), "lpdiag::attention: ", name, " is on ", t.device(), " but q is on ", q.device());
+#ifdef LPDIAG_HOOKS_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "lpdiag::attention: ", name, " is on ", t.device(),
+              "; attention runs on the CPU or on CUDA");
+#else
   TORCH_CHECK(t.device().is_cpu(), "lpdiag::attention: ", name, " is on ", t.device(),
-              ", but this build runs attention on the CPU only (the CUDA kernels have not landed); move the tensors to the CPU");
+              ", but this build has no CUDA kernels (built without nvcc or against a CPU LibTorch); move the tensors to the CPU");
+#endif
   TORCH_CHECK(t.numel() > 0, "lpdiag::attention: ", name, " is empty");
 }
 
@@ -37,7 +47,7 @@ AttentionConfig make_config(bool causal, const std::string& policy, const std::s
 }
 
 std::vector<float> to_floats(const torch::Tensor& t) {
-  torch::Tensor f = t.to(torch::kFloat32).contiguous();
+  torch::Tensor f = t.to(torch::kCPU, torch::kFloat32).contiguous();
   return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
 }
 
@@ -48,6 +58,27 @@ AttentionInputs inputs(const std::vector<float>& q, const std::vector<float>& k,
 
 torch::Tensor from_floats(const std::vector<float>& x, const torch::Tensor& like) {
   return torch::from_blob(const_cast<float*>(x.data()), like.sizes(), torch::kFloat32).clone().to(like.scalar_type());
+}
+
+// The capture of DESIGN.md's replay: the layer's inputs, dO and outputs at the requested step.
+void write_capture_file(const CaptureRequest& req, int64_t layer, const AttentionConfig& cfg, const std::string& policy,
+                        const torch::Tensor& q, std::vector<float> qf, std::vector<float> kf, std::vector<float> vf,
+                        std::vector<float> gf, std::vector<float> o, std::vector<float> lse) {
+  AttentionCapture c;
+  c.step = req.step;
+  c.layer_index = layer;
+  c.layer = "layer " + std::to_string(layer);
+  c.policy = policy;
+  c.fix = cfg.fix.to_json();
+  c.causal = cfg.causal;
+  c.scale = 1.0 / std::sqrt(double(q.size(3)));
+  c.source_dtype = q.scalar_type() == torch::kBFloat16 ? "bfloat16" : "float32";
+  c.B = q.size(0), c.H = q.size(1), c.N = q.size(2), c.d = q.size(3);
+  c.q = std::move(qf), c.k = std::move(kf), c.v = std::move(vf), c.dout = std::move(gf);
+  c.o = std::move(o);
+  c.lse = std::move(lse);
+  write_capture(req.path, c);
+  CaptureBoard::instance().done(req.path);
 }
 
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
@@ -61,6 +92,18 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     TORCH_CHECK(instrument == "off" || instrument == "counters" || instrument == "full",
                 "lpdiag::attention: instrument must be off, counters or full, got '", instrument, "'");
     const AttentionConfig cfg = make_config(causal, policy, fix);
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["policy"] = policy;
+    ctx->saved_data["fix"] = fix;
+    ctx->saved_data["instrument"] = instrument;
+    ctx->saved_data["layer"] = layer_index;
+#ifdef LPDIAG_HOOKS_CUDA
+    if (q.is_cuda()) {
+      CudaForward f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
+      ctx->save_for_backward({q, k, v, f.o, f.lse, f.residual});
+      return f.o;
+    }
+#endif
     const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
     AttentionOptions opt;
     opt.backward = false;
@@ -77,11 +120,6 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       CounterSink::instance().add(layer_index, heads);
     }
     ctx->save_for_backward({q, k, v});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["policy"] = policy;
-    ctx->saved_data["fix"] = fix;
-    ctx->saved_data["instrument"] = instrument;
-    ctx->saved_data["layer"] = layer_index;
     return from_floats(run.o, q);
   }
 
@@ -93,6 +131,16 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const AttentionConfig cfg = make_config(ctx->saved_data["causal"].toBool(), ctx->saved_data["policy"].toStringRef(),
                                             ctx->saved_data["fix"].toStringRef());
     torch::Tensor g = grads[0].to(q.scalar_type());  // dO arrives in the output's dtype
+#ifdef LPDIAG_HOOKS_CUDA
+    if (q.is_cuda()) {
+      auto d = cuda_attention_backward(q, k, v, saved[3], saved[4], saved[5], g, cfg, instrument, layer);
+      CaptureRequest req;
+      if (layer >= 0 && CaptureBoard::instance().take(layer, req))
+        write_capture_file(req, layer, cfg, ctx->saved_data["policy"].toStringRef(), q, to_floats(q), to_floats(k),
+                           to_floats(v), to_floats(g), to_floats(saved[3]), to_floats(saved[4]));
+      return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+#endif
     const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v), gf = to_floats(g);
     AttentionOptions opt;
     opt.backward = true;
@@ -113,23 +161,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       CounterSink::instance().add(layer, d);
     }
     CaptureRequest req;
-    if (layer >= 0 && CaptureBoard::instance().take(layer, req)) {
-      AttentionCapture c;
-      c.step = req.step;
-      c.layer_index = layer;
-      c.layer = "layer " + std::to_string(layer);
-      c.policy = ctx->saved_data["policy"].toStringRef();
-      c.fix = cfg.fix.to_json();
-      c.causal = cfg.causal;
-      c.scale = 1.0 / std::sqrt(double(q.size(3)));
-      c.source_dtype = q.scalar_type() == torch::kBFloat16 ? "bfloat16" : "float32";
-      c.B = q.size(0), c.H = q.size(1), c.N = q.size(2), c.d = q.size(3);
-      c.q = qf, c.k = kf, c.v = vf, c.dout = gf;
-      c.o = run.o;
-      c.lse = run.lse;
-      write_capture(req.path, c);
-      CaptureBoard::instance().done(req.path);
-    }
+    if (layer >= 0 && CaptureBoard::instance().take(layer, req))
+      write_capture_file(req, layer, cfg, ctx->saved_data["policy"].toStringRef(), q, qf, kf, vf, gf, run.o, run.lse);
     return {from_floats(run.dq, q), from_floats(run.dk, k), from_floats(run.dv, v), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

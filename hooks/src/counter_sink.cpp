@@ -1,5 +1,9 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 
+#ifdef LPDIAG_HOOKS_CUDA
+#include "attention_cuda.hpp"
+#endif
+
 namespace lpdiag::hooks {
 
 CounterSink& CounterSink::instance() {
@@ -18,6 +22,10 @@ void CounterSink::add(std::int64_t layer, const std::vector<HeadCounters>& heads
 }
 
 std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain() {
+#ifdef LPDIAG_HOOKS_CUDA
+  // Calls on CUDA keep their counters on the device; they join the host ones here.
+  for (const auto& [layer, heads] : drain_device_counters()) add(layer, heads);
+#endif
   std::lock_guard<std::mutex> lock(mu_);
   auto out = std::move(pending_);
   pending_.clear();

@@ -1,0 +1,265 @@
+// bench/attention (GPU): lpdiag's CUDA fa2 kernels at instrumentation off / counters / full
+// against PyTorch SDPA's flash and cuDNN backends through LibTorch, in one run.
+//   bench_attention [--reps N] [--json FILE]   TFLOP/s table (FLOPs = 4 B H N^2 d, x0.5 causal,
+//                                              backward 2.5x forward: ../shared/device/README.md)
+//   bench_attention --check                    gradient errors against an fp64 reference, ours
+//                                              against SDPA flash's (exit 1 above 1.5x)
+// Exits 77 when no GPU is visible.
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lpdiag/cuda/cuda_check.hpp"
+#include "lpdiag/cuda/device.hpp"
+#include "lpdiag/cuda/flash_attention.hpp"
+
+namespace lc = lpdiag::cuda;
+
+namespace {
+
+struct Shape {
+  std::int64_t B, H, N, d;
+  bool causal;
+  std::string name() const {
+    return "B" + std::to_string(B) + " H" + std::to_string(H) + " N" + std::to_string(N) + " d" + std::to_string(d) +
+           (causal ? " causal" : " non-causal");
+  }
+  double fwd_flops() const { return 4.0 * B * H * double(N) * N * d * (causal ? 0.5 : 1.0); }
+};
+
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+// Median of `reps` timings (ms) of f, after warm-up, with CUDA events on the current stream.
+double median_ms(int reps, const std::function<void()>& f) {
+  for (int w = 0; w < 3; ++w) f();
+  cudaEvent_t a, b;
+  LPDIAG_CUDA_CHECK(cudaEventCreate(&a));
+  LPDIAG_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < reps; ++r) {
+    LPDIAG_CUDA_CHECK(cudaEventRecord(a, stream()));
+    f();
+    LPDIAG_CUDA_CHECK(cudaEventRecord(b, stream()));
+    LPDIAG_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    LPDIAG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+lc::BF16View view(const torch::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+// Our kernels on (B, H, N, d) bf16 CUDA tensors; keeps O, lse and the residual for the backward.
+struct Ours {
+  Shape s;
+  lc::Instrument level;
+  lpdiag::FixConfig fix;
+  torch::Tensor o, lse, residual, counters, dq, dk, dv, acc, delta;
+  Ours(const Shape& sh, lc::Instrument l, const torch::Tensor& like) : s(sh), level(l) {
+    o = torch::empty_like(like);
+    lse = torch::empty({s.B, s.H, s.N}, like.options().dtype(torch::kFloat32));
+    residual = l == lc::Instrument::full ? torch::empty(like.sizes(), like.options().dtype(torch::kFloat32)) : torch::Tensor();
+    counters = torch::zeros({s.H * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters))}, like.options().dtype(torch::kUInt8));
+    dq = torch::empty_like(like), dk = torch::empty_like(like), dv = torch::empty_like(like);
+    acc = torch::empty(like.sizes(), like.options().dtype(torch::kFloat32));
+    delta = torch::empty({s.B, s.H, s.N}, like.options().dtype(torch::kFloat32));
+  }
+  lc::FlashShape shape() const { return {s.B, s.H, s.N, s.d, s.causal, 0.f}; }
+  lc::DeviceHeadCounters* cnt() { return reinterpret_cast<lc::DeviceHeadCounters*>(counters.data_ptr()); }
+  void forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    lc::FlashForwardArgs a;
+    a.shape = shape();
+    a.q = view(q), a.k = view(k), a.v = view(v);
+    a.o = o.data_ptr();
+    a.lse = lse.data_ptr<float>();
+    a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
+    a.counters = cnt();
+    a.fix = fix;
+    a.instrument = level;
+    a.stream = stream();
+    lc::flash_forward(a);
+  }
+  void backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& g) {
+    lc::FlashBackwardArgs a;
+    a.shape = shape();
+    a.q = view(q), a.k = view(k), a.v = view(v), a.o = view(o), a.dout = view(g);
+    a.lse = lse.data_ptr<float>();
+    a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
+    a.dq = dq.data_ptr(), a.dk = dk.data_ptr(), a.dv = dv.data_ptr();
+    a.dq_accum = acc.data_ptr<float>();
+    a.delta = delta.data_ptr<float>();
+    a.counters = cnt();
+    a.instrument = level;
+    a.stream = stream();
+    lc::flash_backward(a);
+  }
+};
+
+void use_backend(const std::string& b) {
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(b == "flash");
+  ctx.setSDPUseMemEfficient(false);
+  ctx.setSDPUseMath(b == "math");
+  ctx.setSDPUseCuDNN(b == "cudnn");
+}
+
+struct Row {
+  std::string shape, impl;
+  double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops, total_tflops;
+};
+
+std::vector<Row> time_shape(const Shape& s, int reps) {
+  auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  torch::Tensor q = torch::randn({s.B, s.H, s.N, s.d}, opt), k = torch::randn({s.B, s.H, s.N, s.d}, opt),
+                v = torch::randn({s.B, s.H, s.N, s.d}, opt), g = torch::randn({s.B, s.H, s.N, s.d}, opt);
+  std::vector<Row> rows;
+  auto add = [&](const std::string& impl, double f, double b) {
+    const double ff = s.fwd_flops(), bf = 2.5 * ff;
+    rows.push_back({s.name(), impl, f, b, ff / f / 1e9, bf / b / 1e9, (ff + bf) / (f + b) / 1e9});
+  };
+  for (auto [name, level] : {std::pair{"lpdiag off", lc::Instrument::off}, std::pair{"lpdiag counters", lc::Instrument::counters},
+                             std::pair{"lpdiag full", lc::Instrument::full}}) {
+    Ours o(s, level, q);
+    const double f = median_ms(reps, [&] { o.forward(q, k, v); });
+    const double b = median_ms(reps, [&] { o.backward(q, k, v, g); });
+    add(name, f, b);
+  }
+  for (const std::string backend : {"flash", "cudnn"}) {
+    use_backend(backend);
+    try {
+      double f;
+      {
+        torch::NoGradGuard ng;
+        f = median_ms(reps, [&] { (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, s.causal); });
+      }
+      torch::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+      torch::Tensor out = at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, s.causal);
+      const double b = median_ms(reps, [&] { (void)torch::autograd::grad({out}, {qg, kg, vg}, {g}, /*retain_graph=*/true); });
+      add("sdpa " + backend, f, b);
+    } catch (const std::exception& e) {
+      std::printf("sdpa %s unavailable at %s: %.200s\n", backend.c_str(), s.name().c_str(), e.what());
+    }
+  }
+  use_backend("flash");
+  return rows;
+}
+
+// ---- --check: gradient errors against fp64 ----
+
+torch::Tensor reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
+  const auto N = q.size(2);
+  torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(3)));
+  if (causal) s = s.masked_fill(torch::ones({N, N}, q.options().dtype(torch::kBool)).triu(1), -INFINITY);
+  return torch::matmul(torch::softmax(s, -1), v);
+}
+
+double rel(const torch::Tensor& a, const torch::Tensor& ref) {
+  return (a.to(torch::kFloat64) - ref).norm().item<double>() / ref.norm().item<double>();
+}
+
+int check(const std::string& json_path) {
+  int bad = 0;
+  std::string json = "[";
+  auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  for (std::int64_t d : {64, 128})
+    for (bool causal : {false, true})
+      for (const std::string input : {"gaussian", "adversarial"}) {
+        const Shape s{2, 4, 777, d, causal};
+        torch::Tensor q = torch::randn({s.B, s.H, s.N, d}, opt), k = torch::randn({s.B, s.H, s.N, d}, opt),
+                      v = torch::randn({s.B, s.H, s.N, d}, opt), g = torch::randn({s.B, s.H, s.N, d}, opt);
+        if (input == "adversarial") {
+          // A duplicated max key (a sink) scoring 8 above the rest, sign-skewed V and dO.
+          const double a = std::sqrt(8.0 * std::sqrt(double(d)));
+          q = (q * 0.05).index_put_({"...", 0}, a);
+          k = (k * 0.05).index_put_({"...", 0}, 0.0);
+          k.index_put_({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, 2)}, 0.0);
+          k.index_put_({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, 2), 0}, a);
+          v = v.abs() + 1.0;
+          g = g.abs();
+          q = q.to(torch::kBFloat16), k = k.to(torch::kBFloat16), v = v.to(torch::kBFloat16), g = g.to(torch::kBFloat16);
+        }
+        torch::Tensor q64 = q.to(torch::kFloat64).requires_grad_(true), k64 = k.to(torch::kFloat64).requires_grad_(true),
+                      v64 = v.to(torch::kFloat64).requires_grad_(true);
+        torch::Tensor o64 = reference(q64, k64, v64, causal);
+        auto ref = torch::autograd::grad({o64}, {q64, k64, v64}, {g.to(torch::kFloat64)});
+        Ours ours(s, lc::Instrument::counters, q);
+        ours.forward(q, k, v);
+        ours.backward(q, k, v, g);
+        use_backend("flash");
+        torch::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+        torch::Tensor of = at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, causal);
+        auto fl = torch::autograd::grad({of}, {qg, kg, vg}, {g});
+        const double eo[4] = {rel(ours.o, o64.detach()), rel(ours.dq, ref[0]), rel(ours.dk, ref[1]), rel(ours.dv, ref[2])};
+        const double ef[4] = {rel(of, o64.detach()), rel(fl[0], ref[0]), rel(fl[1], ref[1]), rel(fl[2], ref[2])};
+        const char* names[4] = {"O", "dQ", "dK", "dV"};
+        for (int x = 0; x < 4; ++x) {
+          // 1.5x the flash error, with a floor of half a bf16 ulp (2^-9 relative) for ties at tiny errors.
+          const bool ok = std::isfinite(eo[x]) && eo[x] <= std::max(1.5 * ef[x], 0x1p-9);
+          bad += !ok;
+          std::printf("%-34s %-11s %-2s ours %.3e  sdpa flash %.3e  ratio %.2f %s\n", s.name().c_str(), input.c_str(),
+                      names[x], eo[x], ef[x], eo[x] / ef[x], ok ? "ok" : "FAIL");
+          json += std::string(json.size() > 1 ? "," : "") + "{\"shape\":\"" + s.name() + "\",\"input\":\"" + input +
+                  "\",\"tensor\":\"" + names[x] + "\",\"ours\":" + std::to_string(eo[x]) +
+                  ",\"sdpa_flash\":" + std::to_string(ef[x]) + "}";
+        }
+      }
+  json += "]";
+  if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
+  std::printf("%s: %d comparisons above 1.5x SDPA flash\n", bad ? "FAILED" : "PASSED", bad);
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (lc::device_count() == 0 || !torch::cuda::is_available()) {
+    std::puts("SKIP: no CUDA device visible");
+    return 77;
+  }
+  int reps = 30;
+  std::string json_path;
+  bool do_check = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--check") do_check = true;
+    else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE]\n");
+      return 2;
+    }
+  }
+  std::printf("device: %s, LibTorch %s\n", lc::device_name().c_str(), TORCH_VERSION);
+  torch::manual_seed(static_cast<std::uint64_t>(std::random_device{}()));
+  if (do_check) return check(json_path);
+  std::vector<Row> all;
+  for (const Shape& s : {Shape{16, 12, 1024, 64, true}, Shape{4, 16, 4096, 128, true}, Shape{4, 16, 4096, 128, false}}) {
+    auto r = time_shape(s, reps);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  std::printf("\n%-28s %-16s %9s %9s %9s %9s %9s\n", "shape", "impl", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s", "f+b TF/s");
+  std::string json = "[";
+  for (const Row& r : all) {
+    std::printf("%-28s %-16s %9.3f %9.3f %9.1f %9.1f %9.1f\n", r.shape.c_str(), r.impl.c_str(), r.fwd_ms, r.bwd_ms,
+                r.fwd_tflops, r.bwd_tflops, r.total_tflops);
+    json += std::string(json.size() > 1 ? "," : "") + "{\"shape\":\"" + r.shape + "\",\"impl\":\"" + r.impl +
+            "\",\"fwd_ms\":" + std::to_string(r.fwd_ms) + ",\"bwd_ms\":" + std::to_string(r.bwd_ms) + "}";
+  }
+  json += "]";
+  if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
+# run the requested stages, each logged under $OUT (the device tool brings $OUT back).
+#   bench/gpu_session.sh [tests] [sanitize] [bench] [gpt2] [ncu] [ctest]
+set -u
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+B=build-gpu
+stage() { echo "== $1 ($(date +%T))"; }
+TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+stage configure
+cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+grep -E "CUDA kernels|LibTorch" "$OUT/configure.log"
+stage build
+ninja -C $B -k 0 >"$OUT/build.log" 2>&1
+echo "build rc=$?"
+grep -E "error|FAILED" "$OUT/build.log" | head -20
+grep -B1 -E "spill|Used [0-9]+ registers" "$OUT/build.log" | grep -A1 "sm_90" | grep -E "Used|spill" | sort | uniq -c | head -40 >"$OUT/registers.txt"
+for s in "$@"; do
+  case $s in
+    tests)
+      stage "test_flash_attention"
+      timeout 300 $B/tests/test_flash_attention >"$OUT/test_flash_attention.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|PASSED|FAILED" "$OUT/test_flash_attention.log" | head -30
+      stage "bench_attention --check"
+      timeout 300 $B/bench/bench_attention --check --json "$OUT/check.json" >"$OUT/check.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|PASSED|FAILED|error" "$OUT/check.log" | head -20 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        stage "compute-sanitizer $tool"
+        timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/sanitizer-$tool.log" 2>&1
+        echo "rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool.log" | tail -3
+      done ;;
+    bench)
+      stage "bench_attention"
+      timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1; echo "rc=$?"
+      tail -20 "$OUT/bench.log" ;;
+    ncu)
+      stage "ncu"
+      timeout 400 ncu --clock-control none --set full -k regex:flash_ -c 4 -o "$OUT/flash" $B/bench/bench_attention --reps 1 >"$OUT/ncu.log" 2>&1; echo "rc=$?"
+      ncu --import "$OUT/flash.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
+      grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
+    gpt2)
+      G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 50 --timed-from 10"
+      for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" "hooks:--instrument counters"; do
+        name=${cfg%%:*}; args=${cfg#*:}
+        stage "gpt2 $name"
+        timeout 300 $G $args --out "$OUT/gpt2-$name.h5" >"$OUT/gpt2-$name.log" 2>&1; echo "rc=$?"
+        grep -E "steady|trained|error|what" "$OUT/gpt2-$name.log" | tail -3
+      done
+      ls -l "$OUT"/gpt2-hooks.h5 2>/dev/null
+      $B/tools/lpdiag info "$OUT/gpt2-hooks.h5" 2>&1 | head -20 ;;
+    python)
+      stage "python example on cuda"
+      timeout 200 python3 examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
+      tail -4 "$OUT/python.log" ;;
+    ctest)
+      stage "ctest"
+      (cd $B && timeout 500 ctest -j8 --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"
+      tail -15 "$OUT/ctest.log" ;;
+  esac
+done

@@ -1,0 +1,139 @@
+#include "attention_cuda.hpp"
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <mutex>
+
+#include "lpdiag/cuda/flash_attention.hpp"
+#include "lpdiag/error.hpp"
+
+namespace lpdiag::hooks {
+namespace {
+
+namespace lc = lpdiag::cuda;
+
+// Per layer: H DeviceHeadCounters in a uint8 tensor on the layer's device.
+struct DeviceCounterBoard {
+  std::mutex mu;
+  std::map<std::int64_t, torch::Tensor> slots;
+};
+DeviceCounterBoard& board() {
+  static DeviceCounterBoard b;
+  return b;
+}
+
+lc::DeviceHeadCounters* counters_for(std::int64_t layer, std::int64_t H, const torch::Tensor& like, torch::Tensor& scratch) {
+  const std::int64_t bytes = H * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
+  if (layer < 0) {  // nobody will read them: a scratch buffer for this call
+    scratch = torch::zeros({bytes}, like.options().dtype(torch::kUInt8));
+    return reinterpret_cast<lc::DeviceHeadCounters*>(scratch.data_ptr());
+  }
+  std::lock_guard<std::mutex> lock(board().mu);
+  torch::Tensor& t = board().slots[layer];
+  if (!t.defined() || t.numel() != bytes || t.device() != like.device())
+    t = torch::zeros({bytes}, like.options().dtype(torch::kUInt8));
+  return reinterpret_cast<lc::DeviceHeadCounters*>(t.data_ptr());
+}
+
+lc::BF16View view(const torch::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+// The kernels need d contiguous, 16-byte aligned rows: anything else is copied once.
+torch::Tensor kernel_layout(const torch::Tensor& t) {
+  const bool ok = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0 &&
+                  reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+  return ok ? t : t.contiguous();
+}
+
+void check_cuda_args(const torch::Tensor& q, const AttentionConfig& cfg) {
+  TORCH_CHECK(q.scalar_type() == torch::kBFloat16, "lpdiag::attention: q must be bfloat16 on CUDA, got ", q.scalar_type(),
+              " (float32 is accepted on the CPU only)");
+  TORCH_CHECK(q.size(3) == 64 || q.size(3) == 128, "lpdiag::attention: the CUDA kernels take head dim 64 or 128; q has ",
+              q.size(3));
+  TORCH_CHECK(cfg.policy == Policy::fa2, "lpdiag::attention: policy '", policy_name(cfg.policy),
+              "' runs on the CPU only; the CUDA kernels implement fa2");
+}
+
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+}  // namespace
+
+CudaForward cuda_attention_forward(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                                   const AttentionConfig& cfg, const std::string& instrument, int64_t layer) {
+  check_cuda_args(q_in, cfg);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
+  const lc::Instrument level = lc::parse_instrument(instrument.c_str());
+  const std::int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3);
+  CudaForward out;
+  out.o = torch::empty({B, H, N, d}, q.options());
+  out.lse = torch::empty({B, H, N}, q.options().dtype(torch::kFloat32));
+  if (level == lc::Instrument::full) out.residual = torch::empty({B, H, N, d}, q.options().dtype(torch::kFloat32));
+  torch::Tensor scratch;
+  lc::FlashForwardArgs a;
+  a.shape = {B, H, N, d, cfg.causal, 0.f};
+  a.q = view(q), a.k = view(k), a.v = view(v);
+  a.o = out.o.data_ptr();
+  a.lse = out.lse.data_ptr<float>();
+  a.o_residual = out.residual.defined() ? out.residual.data_ptr<float>() : nullptr;
+  a.counters = level == lc::Instrument::off ? nullptr : counters_for(layer, H, q, scratch);
+  a.fix = cfg.fix;
+  a.instrument = level;
+  a.stream = stream();
+  try {
+    lc::flash_forward(a);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                                                   const torch::Tensor& v_in, const torch::Tensor& o,
+                                                   const torch::Tensor& lse, const torch::Tensor& residual,
+                                                   const torch::Tensor& dout, const AttentionConfig& cfg,
+                                                   const std::string& instrument, int64_t layer) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
+  const torch::Tensor g = kernel_layout(dout.to(torch::kBFloat16));
+  const lc::Instrument level = lc::parse_instrument(instrument.c_str());
+  const std::int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3);
+  torch::Tensor dq = torch::empty({B, H, N, d}, q.options()), dk = torch::empty_like(dq), dv = torch::empty_like(dq);
+  torch::Tensor acc = torch::empty({B, H, N, d}, q.options().dtype(torch::kFloat32));
+  torch::Tensor delta = torch::empty({B, H, N}, q.options().dtype(torch::kFloat32));
+  torch::Tensor scratch;
+  lc::FlashBackwardArgs a;
+  a.shape = {B, H, N, d, cfg.causal, 0.f};
+  a.q = view(q), a.k = view(k), a.v = view(v), a.o = view(o), a.dout = view(g);
+  a.lse = lse.data_ptr<float>();
+  a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
+  a.dq = dq.data_ptr(), a.dk = dk.data_ptr(), a.dv = dv.data_ptr();
+  a.dq_accum = acc.data_ptr<float>();
+  a.delta = delta.data_ptr<float>();
+  a.counters = level == lc::Instrument::full ? counters_for(layer, H, q, scratch) : nullptr;
+  a.instrument = level == lc::Instrument::full ? level : lc::Instrument::off;
+  a.stream = stream();
+  try {
+    lc::flash_backward(a);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag::attention (backward): ", e.what());
+  }
+  return {dq, dk, dv};
+}
+
+std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters() {
+  std::lock_guard<std::mutex> lock(board().mu);
+  std::map<std::int64_t, std::vector<HeadCounters>> out;
+  for (auto& [layer, t] : board().slots) {
+    const c10::cuda::CUDAGuard guard(t.device());
+    const std::int64_t H = t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
+    auto heads = lc::read_counters(reinterpret_cast<const lc::DeviceHeadCounters*>(t.data_ptr()), H, stream());
+    bool any = false;
+    for (const auto& h : heads) any = any || h.rows > 0 || h.delta_err_count > 0;
+    if (any) out[layer] = std::move(heads);  // a layer with no call since the last drain stays unmeasured
+    lc::clear_counters(reinterpret_cast<lc::DeviceHeadCounters*>(t.data_ptr()), H, stream());
+  }
+  return out;
+}
+
+}  // namespace lpdiag::hooks

@@ -1,0 +1,33 @@
+// The CUDA path of lpdiag::attention: torch tensors in, the libdiag CUDA entries on the current
+// stream, counters accumulated on the device until the Monitor drains them (one copy per
+// recorded step, not one per call). Built only against a CUDA LibTorch with the kernels.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/trace/head_counters.hpp"
+
+namespace lpdiag::hooks {
+
+struct CudaForward {
+  torch::Tensor o, lse, residual;  // residual only at "full"
+};
+
+CudaForward cuda_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionConfig& cfg, const std::string& instrument, int64_t layer);
+
+// Returns dq, dk, dv.
+std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                   const torch::Tensor& o, const torch::Tensor& lse,
+                                                   const torch::Tensor& residual, const torch::Tensor& dout,
+                                                   const AttentionConfig& cfg, const std::string& instrument,
+                                                   int64_t layer);
+
+// Copies every layer's device counters to the host, clears them, and returns them by layer.
+std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters();
+
+}  // namespace lpdiag::hooks

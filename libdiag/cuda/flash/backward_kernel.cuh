@@ -1,0 +1,285 @@
+// FlashAttention-2 backward, bf16: one block per (64 keys, batch x head), 4 warps of 16 keys,
+// looping over query tiles of Br rows (64 for d = 64, 32 for d = 128) double-buffered through
+// cp.async. Per tile, in the CPU fa2 policy's operations: S recomputed as in the forward,
+// P = exp(S - L), dP = dO V^T, dS = P (dP - delta) in fp32; dV += bf16(P)^T dO and
+// dK += bf16(dS)^T Q accumulate in fp32 registers; dQ += bf16(dS) K goes to an fp32 buffer by
+// atomic adds. The scale alpha and the final bf16 rounding come last, as on the CPU.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "forward_kernel.cuh"
+#include "mma.cuh"
+#include "params.cuh"
+
+namespace lpdiag::cuda::flash {
+
+constexpr int kBwdWarps = 4;
+
+template <int D>
+__host__ __device__ constexpr int bwd_rows() {
+  return D == 64 ? 64 : 32;
+}
+
+template <int D>
+__host__ __device__ constexpr int bwd_smem_bytes() {
+  constexpr int Br = bwd_rows<D>();
+  return (2 * kBlockKeys * D + 4 * Br * D + Br * kBlockKeys) * 2 + 4 * Br * 4;
+}
+
+template <int D, bool Causal>
+__global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) {
+  constexpr int Br = bwd_rows<D>();
+  constexpr int Threads = kBwdWarps * 32;
+  constexpr int ST = Br / 8;   // n-tiles of S^T (queries)
+  constexpr int KC = D / 16;   // k-chunks over d
+  constexpr int OT = D / 8;    // n-tiles over d
+  constexpr int RG = Br / 16;  // dQ row groups
+  constexpr int CG = kBwdWarps / RG;
+  constexpr int QT = OT / CG;  // dQ n-tiles per warp
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* vs = ks + kBlockKeys * D;
+  // Stage s of the query (dO) tile lives at qs + s * Br * D (dos + s * Br * D).
+  __nv_bfloat16* qs = vs + kBlockKeys * D;
+  __nv_bfloat16* dos = qs + 2 * Br * D;
+  __nv_bfloat16* dss = dos + 2 * Br * D;  // bf16(dS), [query][key], swizzled over 64 columns
+  float* lse_s = reinterpret_cast<float*>(dss + Br * kBlockKeys);  // [2][Br]
+  float* delta_s = lse_s + 2 * Br;                                   // [2][Br]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
+  const int N = p.N;
+  const int j0 = blockIdx.x * kBlockKeys;
+  const __nv_bfloat16* qg = p.q.head(b, h);
+  const __nv_bfloat16* kg = p.k.head(b, h);
+  const __nv_bfloat16* vg = p.v.head(b, h);
+  const __nv_bfloat16* dog = p.dout.head(b, h);
+  const std::int64_t head_off = static_cast<std::int64_t>(bh) * N;
+  const float* lse_g = p.lse + head_off;
+  const float* delta_g = p.delta + head_off;
+
+  const int i_begin = Causal ? j0 : 0;
+  const int n_tiles = (N - i_begin + Br - 1) / Br;
+
+  auto load_rows = [&](int buf, int i0) {
+    load_tile<D, Br, Threads>(qs + buf * Br * D, qg, p.q.sn, i0, N);
+    load_tile<D, Br, Threads>(dos + buf * Br * D, dog, p.dout.sn, i0, N);
+    if (threadIdx.x < Br) {
+      const int i = i0 + threadIdx.x;
+      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] : 0.f;
+      delta_s[buf * Br + threadIdx.x] = i < N ? delta_g[i] : 0.f;
+    }
+  };
+
+  load_tile<D, kBlockKeys, Threads>(ks, kg, p.k.sn, j0, N);
+  load_tile<D, kBlockKeys, Threads>(vs, vg, p.v.sn, j0, N);
+  load_rows(0, i_begin);
+  cp_async_commit();
+
+  float dv[OT][4], dk[OT][4];
+#pragma unroll
+  for (int t = 0; t < OT; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[t][e] = dk[t][e] = 0.f;
+  const int key[2] = {j0 + warp * 16 + lane / 4, j0 + warp * 16 + lane / 4 + 8};
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int i0 = i_begin + t * Br;
+    if (t + 1 < n_tiles) load_rows((t + 1) & 1, i0 + Br);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const __nv_bfloat16* qt = qs + (t & 1) * Br * D;
+    const __nv_bfloat16* dot = dos + (t & 1) * Br * D;
+    const float* lt = lse_s + (t & 1) * Br;
+    const float* dt = delta_s + (t & 1) * Br;
+
+    // S^T (16 keys x Br queries) and dP^T = V dO^T, both with this warp's keys as rows.
+    float s[ST][4], dp[ST][4];
+#pragma unroll
+    for (int n = 0; n < ST; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+      std::uint32_t ka[4], va[4];
+      ldmatrix_x4(ka, smem_addr(ks + swz<D>(warp * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+      ldmatrix_x4(va, smem_addr(vs + swz<D>(warp * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+#pragma unroll
+      for (int np = 0; np < ST / 2; ++np) {
+        std::uint32_t bq[4], bd[4];
+        const int r = (2 * np + lane / 16) * 8 + lane % 8, c = kc * 16 + ((lane / 8) & 1) * 8;
+        ldmatrix_x4(bq, smem_addr(qt + swz<D>(r, c)));
+        ldmatrix_x4(bd, smem_addr(dot + swz<D>(r, c)));
+        mma_bf16(s[2 * np], ka, bq[0], bq[1]);
+        mma_bf16(s[2 * np + 1], ka, bq[2], bq[3]);
+        mma_bf16(dp[2 * np], va, bd[0], bd[1]);
+        mma_bf16(dp[2 * np + 1], va, bd[2], bd[3]);
+      }
+    }
+    // P^T and dS^T in place.
+#pragma unroll
+    for (int n = 0; n < ST; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = n * 8 + 2 * (lane % 4) + (e & 1);
+        const int i = i0 + il, j = key[e / 2];
+        const bool valid = i < N && j < N && (!Causal || j <= i);
+        const float sc = __fmul_rn(p.scale, s[n][e]);
+        const float pe = valid ? expf(__fsub_rn(sc, lt[il])) : 0.f;
+        s[n][e] = pe;
+        dp[n][e] = __fmul_rn(pe, __fsub_rn(dp[n][e], dt[il]));
+      }
+    // dV += bf16(P)^T dO, dK += bf16(dS)^T Q; the A fragments come straight from S^T's registers.
+#pragma unroll
+    for (int kc = 0; kc < Br / 16; ++kc) {
+      const std::uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                   pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                   pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const std::uint32_t da[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
+                                   pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                                   pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+      for (int np = 0; np < OT / 2; ++np) {
+        std::uint32_t bd[4], bq[4];
+        const int r = kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, c = (2 * np + lane / 16) * 8;
+        ldmatrix_x4_trans(bd, smem_addr(dot + swz<D>(r, c)));
+        ldmatrix_x4_trans(bq, smem_addr(qt + swz<D>(r, c)));
+        mma_bf16(dv[2 * np], pa, bd[0], bd[1]);
+        mma_bf16(dv[2 * np + 1], pa, bd[2], bd[3]);
+        mma_bf16(dk[2 * np], da, bq[0], bq[1]);
+        mma_bf16(dk[2 * np + 1], da, bq[2], bq[3]);
+      }
+    }
+    // bf16(dS) to shared memory as [query][key] for dQ = dS K.
+    auto* dss2 = dss;
+#pragma unroll
+    for (int n = 0; n < ST; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = n * 8 + 2 * (lane % 4) + (e & 1);
+        const int jl = warp * 16 + lane / 4 + (e / 2) * 8;
+        dss2[swz<kBlockKeys>(il, jl)] = __float2bfloat16_rn(dp[n][e]);
+      }
+    __syncthreads();
+    {
+      const int rg = warp % RG, cg = warp / RG;
+      float dq[QT][4];
+#pragma unroll
+      for (int q2 = 0; q2 < QT; ++q2)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dq[q2][e] = 0.f;
+#pragma unroll
+      for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
+        std::uint32_t a[4];
+        ldmatrix_x4(a, smem_addr(dss + swz<kBlockKeys>(rg * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+#pragma unroll
+        for (int np = 0; np < QT / 2; ++np) {
+          std::uint32_t bk[4];
+          const int r = kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, c = (cg * QT + 2 * np + lane / 16) * 8;
+          ldmatrix_x4_trans(bk, smem_addr(ks + swz<D>(r, c)));
+          mma_bf16(dq[2 * np], a, bk[0], bk[1]);
+          mma_bf16(dq[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+#pragma unroll
+      for (int q2 = 0; q2 < QT; ++q2)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = i0 + rg * 16 + lane / 4 + (e / 2) * 8;
+          const int c = (cg * QT + q2) * 8 + 2 * (lane % 4) + (e & 1);
+          if (i < N) atomicAdd(p.dq_accum + (head_off + i) * D + c, dq[q2][e]);
+        }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key[r];
+    if (j >= N) continue;
+#pragma unroll
+    for (int t = 0; t < OT; ++t) {
+      const int c = t * 8 + 2 * (lane % 4);
+      *reinterpret_cast<std::uint32_t*>(p.dk + (head_off + j) * D + c) =
+          pack_bf16(__fmul_rn(p.scale, dk[t][2 * r]), __fmul_rn(p.scale, dk[t][2 * r + 1]));
+      *reinterpret_cast<std::uint32_t*>(p.dv + (head_off + j) * D + c) = pack_bf16(dv[t][2 * r], dv[t][2 * r + 1]);
+    }
+  }
+}
+
+// delta_i = sum_c dO_ic O_ic, in fp32 and in the CPU's order (one thread per row, c ascending).
+// full: also delta_lp - delta_hp with O_hp = O_lp - residual, in fp64, into the counters.
+template <int D, bool Full>
+__global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
+  __shared__ double err_s[2];
+  __shared__ unsigned long long err_n_s[3];
+  if (Full && threadIdx.x < 2) err_s[threadIdx.x] = 0.0;
+  if (Full && threadIdx.x < 3) err_n_s[threadIdx.x] = 0;
+  if (Full) __syncthreads();
+  const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::int64_t head_off = static_cast<std::int64_t>(bh) * p.N;
+  double err = 0.0;
+  bool have = false;
+  if (i < p.N) {
+    const __nv_bfloat16* o = p.o.head(b, h) + i * p.o.sn;
+    const __nv_bfloat16* g = p.dout.head(b, h) + i * p.dout.sn;
+    float acc = 0.f;
+    double hp = 0.0;
+    const float* res = Full ? p.residual + (head_off + i) * D : nullptr;
+#pragma unroll 4
+    for (int c8 = 0; c8 < D; c8 += 8) {
+      const uint4 ov = *reinterpret_cast<const uint4*>(o + c8);
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + c8);
+      const auto* ob = reinterpret_cast<const __nv_bfloat16*>(&ov);
+      const auto* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float of = __bfloat162float(ob[c]), gf = __bfloat162float(gb[c]);
+        acc = __fadd_rn(acc, __fmul_rn(gf, of));
+        if constexpr (Full) hp += static_cast<double>(gf) * (static_cast<double>(of) - static_cast<double>(res[c8 + c]));
+      }
+    }
+    p.delta[head_off + i] = acc;
+    if constexpr (Full) err = static_cast<double>(acc) - hp, have = true;
+  }
+  if constexpr (Full) {
+    double esum = have ? err : 0.0, esq = have ? err * err : 0.0;
+    unsigned int n = have, pos = have && err > 0.0, neg = have && err < 0.0;
+    for (int off = 16; off > 0; off /= 2) {
+      esum += __shfl_xor_sync(0xffffffffu, esum, off);
+      esq += __shfl_xor_sync(0xffffffffu, esq, off);
+      n += __shfl_xor_sync(0xffffffffu, n, off);
+      pos += __shfl_xor_sync(0xffffffffu, pos, off);
+      neg += __shfl_xor_sync(0xffffffffu, neg, off);
+    }
+    if (threadIdx.x % 32 == 0) {
+      atomicAdd(&err_s[0], esum);
+      atomicAdd(&err_s[1], esq);
+      atomicAdd(&err_n_s[0], static_cast<unsigned long long>(n));
+      atomicAdd(&err_n_s[1], static_cast<unsigned long long>(pos));
+      atomicAdd(&err_n_s[2], static_cast<unsigned long long>(neg));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      DeviceHeadCounters* c = p.counters + h;
+      atomicAdd(&c->delta_err_sum, err_s[0]);
+      atomicAdd(&c->delta_err_sumsq, err_s[1]);
+      atomicAdd(&c->delta_err_count, err_n_s[0]);
+      atomicAdd(&c->delta_err_pos, err_n_s[1]);
+      atomicAdd(&c->delta_err_neg, err_n_s[2]);
+    }
+  }
+}
+
+// dQ = bf16(alpha * dQ_accum), contiguous.
+__global__ void flash_bwd_dq_kernel(const float* acc, __nv_bfloat16* dq, std::int64_t n, float scale) {
+  for (std::int64_t x = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; x < n;
+       x += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dq[x] = __float2bfloat16_rn(__fmul_rn(scale, acc[x]));
+}
+
+}  // namespace lpdiag::cuda::flash

@@ -1,0 +1,41 @@
+// Argument checks and parameter packing shared by the forward and backward launchers.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "lpdiag/cuda/flash_attention.hpp"
+#include "lpdiag/error.hpp"
+#include "params.cuh"
+
+namespace lpdiag::cuda::flash {
+
+inline void check_shape(const FlashShape& s) {
+  if (s.B <= 0 || s.H <= 0 || s.N <= 0)
+    throw Error("flash attention: B, H and N must be positive, got B=" + std::to_string(s.B) + " H=" +
+                std::to_string(s.H) + " N=" + std::to_string(s.N));
+  if (s.d != 64 && s.d != 128)
+    throw Error("flash attention: head dim must be 64 or 128, got " + std::to_string(s.d) +
+                "; use the CPU engine for other sizes");
+  if (s.N > (1 << 30) || s.B * s.H > 65535)
+    throw Error("flash attention: N must be < 2^30 and B*H <= 65535, got N=" + std::to_string(s.N) +
+                " B*H=" + std::to_string(s.B * s.H));
+}
+
+inline Strided view(const BF16View& v, const char* name) {
+  if (!v.ptr) throw Error(std::string("flash attention: ") + name + " is null");
+  if (reinterpret_cast<std::uintptr_t>(v.ptr) % 16 != 0 || v.sb % 8 || v.sh % 8 || v.sn % 8)
+    throw Error(std::string("flash attention: ") + name +
+                " must be 16-byte aligned with strides that are multiples of 8 elements (make it contiguous)");
+  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
+}
+
+inline float scale_of(const FlashShape& s) {
+  return s.scale != 0.f ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.d)));
+}
+
+inline void require(const void* p, const char* what) {
+  if (!p) throw Error(std::string("flash attention: ") + what + " is null");
+}
+
+}  // namespace lpdiag::cuda::flash

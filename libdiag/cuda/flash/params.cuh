@@ -1,0 +1,54 @@
+// The kernels' view of one launch: raw device pointers, element strides and the numerics
+// switches, filled by the launchers from the public argument structs.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "lpdiag/cuda/flash_attention.hpp"
+
+namespace lpdiag::cuda::flash {
+
+constexpr int kBlockKeys = kernel_key_tile;
+
+struct Strided {
+  const __nv_bfloat16* ptr;
+  std::int64_t sb, sh, sn;
+  __device__ const __nv_bfloat16* head(int b, int h) const { return ptr + b * sb + h * sh; }
+};
+
+struct FixParams {
+  int kind;  // 0 none, 1 paper, 2 safe
+  float tol, beta, offset;
+};
+
+struct FwdParams {
+  Strided q, k, v;
+  __nv_bfloat16* o;
+  float* lse;
+  float* residual;
+  DeviceHeadCounters* counters;
+  int H, N;
+  float scale;
+  FixParams fix;
+};
+
+struct BwdParams {
+  Strided q, k, v, o, dout;
+  const float* lse;
+  const float* residual;
+  __nv_bfloat16 *dq, *dk, *dv;
+  float* dq_accum;
+  float* delta;
+  DeviceHeadCounters* counters;
+  int H, N;
+  float scale;
+};
+
+// Order-preserving float -> unsigned, so atomicMax on the key is a max on the float.
+__device__ __forceinline__ unsigned int float_key(float f) {
+  const unsigned int u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace lpdiag::cuda::flash

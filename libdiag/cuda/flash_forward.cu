@@ -1,0 +1,69 @@
+// Forward launcher and exported entry: checks the arguments, picks the instantiation for
+// (head dim, causal, instrumentation level) and launches on the caller's stream.
+#include <cuda_runtime.h>
+
+#include "flash/forward_kernel.cuh"
+#include "flash/launch_common.hpp"
+#include "lpdiag/cuda/cuda_check.hpp"
+
+namespace lpdiag::cuda {
+namespace flash {
+namespace {
+
+template <int D, bool Causal, int Level>
+void launch_forward(const FwdParams& p, int B, cudaStream_t stream) {
+  constexpr int smem = fwd_smem_bytes<D>();
+  auto kernel = flash_fwd_kernel<D, Causal, Level>;
+  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid((p.N + kFwdRows - 1) / kFwdRows, B * p.H);
+  kernel<<<grid, kFwdWarps * 32, smem, stream>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D, bool Causal>
+void by_level(const FwdParams& p, int B, Instrument level, cudaStream_t s) {
+  switch (level) {
+    case Instrument::off: return launch_forward<D, Causal, 0>(p, B, s);
+    case Instrument::counters: return launch_forward<D, Causal, 1>(p, B, s);
+    case Instrument::full: return launch_forward<D, Causal, 2>(p, B, s);
+  }
+}
+
+template <int D>
+void by_causal(const FwdParams& p, int B, bool causal, Instrument level, cudaStream_t s) {
+  if (causal) by_level<D, true>(p, B, level, s);
+  else by_level<D, false>(p, B, level, s);
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_forward(const FlashForwardArgs& a) {
+  using namespace flash;
+  check_shape(a.shape);
+  FwdParams p{};
+  p.q = view(a.q, "q");
+  p.k = view(a.k, "k");
+  p.v = view(a.v, "v");
+  require(a.o, "o");
+  require(a.lse, "lse");
+  if (a.instrument != Instrument::off) require(a.counters, "counters (instrumentation is on)");
+  if (a.instrument == Instrument::full) require(a.o_residual, "o_residual (instrumentation is full)");
+  p.o = static_cast<__nv_bfloat16*>(a.o);
+  p.lse = a.lse;
+  p.residual = a.o_residual;
+  p.counters = a.counters;
+  p.H = static_cast<int>(a.shape.H);
+  p.N = static_cast<int>(a.shape.N);
+  p.scale = scale_of(a.shape);
+  p.fix.kind = a.fix.kind == FixConfig::Kind::none ? 0 : a.fix.kind == FixConfig::Kind::paper ? 1 : 2;
+  p.fix.tol = static_cast<float>(a.fix.tol);
+  p.fix.beta = static_cast<float>(a.fix.beta);
+  p.fix.offset = static_cast<float>(a.fix.offset);
+  auto* s = static_cast<cudaStream_t>(a.stream);
+  const int B = static_cast<int>(a.shape.B);
+  if (a.shape.d == 64) by_causal<64>(p, B, a.shape.causal, a.instrument, s);
+  else by_causal<128>(p, B, a.shape.causal, a.instrument, s);
+}
+
+}  // namespace lpdiag::cuda

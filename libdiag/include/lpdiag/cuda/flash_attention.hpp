@@ -1,0 +1,92 @@
+// The CUDA FlashAttention-2 kernels (bf16, head dim 64 or 128) with lpdiag's instrumentation and
+// the fix, as plain entries on device pointers. No CUDA or torch types cross this header: the
+// stream is a cudaStream_t passed as void*. docs/CUDA_KERNELS.md gives the order of operations
+// and where it differs from the CPU fa2 emulation.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/trace/head_counters.hpp"
+
+namespace lpdiag::cuda {
+
+enum class Instrument { off = 0, counters = 1, full = 2 };
+constexpr int kernel_key_tile = 64;  // the key tile: the online-softmax rescaling points
+Instrument parse_instrument(const char* name);  // "off", "counters", "full"; throws Error otherwise
+
+// One head's counters as the kernels accumulate them on the device (never cleared by a kernel;
+// clear_counters zeroes them). logit_max_key is the float's order-preserving unsigned encoding
+// (0 means "nothing seen").
+struct DeviceHeadCounters {
+  unsigned long long rows, repeated_max_rows, tile_repeated_max_rows, zero_max_repeated_rows;
+  unsigned long long pbar_one_entries, fix_engaged_rows;
+  unsigned long long o_err_count, o_err_pos, o_err_neg;
+  double o_err_sum, o_err_sumsq;
+  unsigned long long delta_err_count, delta_err_pos, delta_err_neg;
+  double delta_err_sum, delta_err_sumsq;
+  unsigned int logit_max_key, pad;
+};
+
+HeadCounters to_head_counters(const DeviceHeadCounters& c);
+void clear_counters(DeviceHeadCounters* dev, std::int64_t heads, void* stream);
+// Copies H device counters to the host (synchronizes the stream).
+std::vector<HeadCounters> read_counters(const DeviceHeadCounters* dev, std::int64_t heads, void* stream);
+
+// A bf16 (B, H, N, d) tensor on the device: element strides for b, h and n; d is contiguous.
+struct BF16View {
+  const void* ptr = nullptr;
+  std::int64_t sb = 0, sh = 0, sn = 0;
+};
+
+struct FlashShape {
+  std::int64_t B = 0, H = 0, N = 0, d = 0;
+  bool causal = false;
+  float scale = 0.f;  // alpha; 0 means 1/sqrt(d) rounded to fp32
+};
+
+struct FlashForwardArgs {
+  FlashShape shape;
+  BF16View q, k, v;
+  void* o = nullptr;                      // bf16 (B, H, N, d), contiguous
+  float* lse = nullptr;                   // (B, H, N)
+  float* o_residual = nullptr;            // full only: O_lp - O_hp, fp32 (B, H, N, d)
+  DeviceHeadCounters* counters = nullptr; // H entries, added to; required unless instrument is off
+  FixConfig fix;                          // none, paper or safe (tol, beta, offset as the CPU's)
+  Instrument instrument = Instrument::off;
+  void* stream = nullptr;
+};
+
+struct FlashBackwardArgs {
+  FlashShape shape;
+  BF16View q, k, v, o, dout;
+  const float* lse = nullptr;             // from the forward
+  const float* o_residual = nullptr;      // full only: the forward's residual
+  void* dq = nullptr;                     // bf16 (B, H, N, d), contiguous; likewise dk, dv
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* dq_accum = nullptr;              // workspace: fp32 (B, H, N, d)
+  float* delta = nullptr;                 // workspace: fp32 (B, H, N)
+  DeviceHeadCounters* counters = nullptr; // full only: receives the delta errors
+  Instrument instrument = Instrument::off;
+  void* stream = nullptr;
+};
+
+// Throw lpdiag::Error naming the bad argument (shape, head dim, stride, missing buffer).
+void flash_forward(const FlashForwardArgs& a);
+void flash_backward(const FlashBackwardArgs& a);
+
+}  // namespace lpdiag::cuda
+
+#include "lpdiag/attention/engine.hpp"
+
+namespace lpdiag::cuda {
+
+// The engine's interface on the GPU: host inputs (bf16 values held in fp32, [B, H, N, d]) in,
+// an AttentionRun out, for tests, replay and benchmarks. Policy must be fa2 and tile_k 64 (the
+// kernels' key tile); anything else throws InvalidArgument. heads[] carries the counters and,
+// at "full", the O and delta error sums (o_err / delta_err accumulators stay empty: the kernels
+// keep sums, not the per-element stream).
+AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward);
+
+}  // namespace lpdiag::cuda
