@@ -122,7 +122,7 @@ struct Row {
   double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops, total_tflops;
 };
 
-std::vector<Row> time_shape(const Shape& s, int reps) {
+std::vector<Row> time_shape(const Shape& s, int reps, bool ours_only) {
   auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   torch::Tensor q = torch::randn({s.B, s.H, s.N, s.d}, opt), k = torch::randn({s.B, s.H, s.N, s.d}, opt),
                 v = torch::randn({s.B, s.H, s.N, s.d}, opt), g = torch::randn({s.B, s.H, s.N, s.d}, opt);
@@ -139,6 +139,7 @@ std::vector<Row> time_shape(const Shape& s, int reps) {
     add(name, f, b);
   }
   for (const std::string backend : {"flash", "cudnn"}) {
+    if (ours_only) break;
     use_backend(backend);
     try {
       double f;
@@ -232,14 +233,17 @@ int main(int argc, char** argv) {
   }
   int reps = 30;
   std::string json_path;
-  bool do_check = false;
+  bool do_check = false, ours_only = false;
+  int only = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check") do_check = true;
     else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (a == "--only" && i + 1 < argc) only = std::stoi(argv[++i]);  // one shape (0, 1, 2), for the profiler
+    else if (a == "--ours-only") ours_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only]\n");
       return 2;
     }
   }
@@ -247,8 +251,10 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<std::uint64_t>(std::random_device{}()));
   if (do_check) return check(json_path);
   std::vector<Row> all;
-  for (const Shape& s : {Shape{16, 12, 1024, 64, true}, Shape{4, 16, 4096, 128, true}, Shape{4, 16, 4096, 128, false}}) {
-    auto r = time_shape(s, reps);
+  const std::vector<Shape> shapes = {{16, 12, 1024, 64, true}, {4, 16, 4096, 128, true}, {4, 16, 4096, 128, false}};
+  for (std::size_t x = 0; x < shapes.size(); ++x) {
+    if (only >= 0 && static_cast<std::size_t>(only) != x) continue;
+    auto r = time_shape(shapes[x], reps, ours_only);
     all.insert(all.end(), r.begin(), r.end());
   }
   std::printf("\n%-28s %-16s %9s %9s %9s %9s %9s\n", "shape", "impl", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s", "f+b TF/s");

@@ -20,7 +20,7 @@ for s in "$@"; do
   case $s in
     tests)
       stage "test_flash_attention"
-      timeout 300 $B/tests/test_flash_attention >"$OUT/test_flash_attention.log" 2>&1; echo "rc=$?"
+      timeout 300 $B/tests/test_flash_attention >"$OUT/test_flash_attention.log" 2>&1; echo "rc=$?"; tail -3 "$OUT/test_flash_attention.log"
       grep -E "FAIL|PASSED|FAILED" "$OUT/test_flash_attention.log" | head -30
       stage "bench_attention --check"
       timeout 300 $B/bench/bench_attention --check --json "$OUT/check.json" >"$OUT/check.log" 2>&1; echo "rc=$?"
@@ -37,7 +37,13 @@ for s in "$@"; do
       tail -20 "$OUT/bench.log" ;;
     ncu)
       stage "ncu"
-      timeout 400 ncu --clock-control none --set full -k regex:flash_ -c 4 -o "$OUT/flash" $B/bench/bench_attention --reps 1 >"$OUT/ncu.log" 2>&1; echo "rc=$?"
+      # GPT-2 small (shape 0) and d128 non-causal (shape 2): our off-level forward and backward kernels.
+      for shp in 0 2; do
+        timeout 250 ncu --clock-control none --set full -k regex:"flash_(fwd|bwd)_kernel" -c 5 -o "$OUT/flash-$shp" \
+          $B/bench/bench_attention --only $shp --ours-only --reps 1 >"$OUT/ncu-$shp.log" 2>&1; echo "rc=$?"
+        ncu --import "$OUT/flash-$shp.ncu-rep" --page details >"$OUT/ncu-details-$shp.txt" 2>&1
+      done
+      grep -hE "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible" "$OUT"/ncu-details-*.txt | head -60
       ncu --import "$OUT/flash.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
     gpt2)

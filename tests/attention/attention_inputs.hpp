@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "lpdiag/attention/engine.hpp"
@@ -32,6 +33,7 @@ inline Tensors gaussian(std::int64_t B, std::int64_t H, std::int64_t N, std::int
 // Every row's max is attained by keys 0 and 1 (identical), every other score is at least
 // `gap` below it, and V column c has the sign sign_of_column(c) (+ for even c, - for odd c).
 inline Tensors repeated_max(std::int64_t H, std::int64_t N, std::int64_t d, float gap, std::uint64_t seed) {
+  if (N < 2) throw std::invalid_argument("repeated_max needs N >= 2 (keys 0 and 1 carry the max)");
   Tensors t{1, H, N, d, {}, {}, {}, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> g;
