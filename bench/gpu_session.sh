@@ -57,6 +57,13 @@ for s in "$@"; do
       ls -l "$OUT"/gpt2-hooks.h5 2>/dev/null
       $B/tools/lpdiag info "$OUT/gpt2-hooks.h5" 2>&1 | head -20 ;;
     python)
+      stage "python: load and one op call on cuda"
+      ldd $B/hooks/liblpdiag_torch.so | grep -E "cudart|c10|torch_cuda" | tee "$OUT/ldd.txt"
+      timeout 100 python3 -X faulthandler -c "
+import torch; torch.ops.load_library('$B/hooks/liblpdiag_torch.so'); print('loaded', flush=True)
+q = torch.randn(1, 2, 128, 64, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+o = torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0); print('fwd', flush=True)
+o.float().sum().backward(); print('bwd', q.grad.float().abs().sum().item(), flush=True)" 2>&1 | tail -25
       stage "python example on cuda"
       timeout 200 python3 examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
       tail -4 "$OUT/python.log" ;;

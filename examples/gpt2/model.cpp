@@ -52,7 +52,7 @@ GPTImpl::GPTImpl(const Config& c) : cfg(c) {
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
-  torch::Tensor x = wte(idx) + wpe(torch::arange(T, torch::kLong));
+  torch::Tensor x = wte(idx) + wpe(torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device())));
   for (auto& b : blocks) x = b(x);
   return lm_head(ln_f(x));
 }

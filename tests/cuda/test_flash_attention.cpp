@@ -174,17 +174,32 @@ void gaussian_case(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t 
   std::snprintf(what, sizeof what, "gaussian B=%lld H=%lld N=%lld d=%lld causal=%d", (long long)B, (long long)H, (long long)N,
                 (long long)d, causal);
   EXPECT(gpu.nan_count == 0, "%s: %lld non-finite outputs", what, (long long)gpu.nan_count);
-  long diff = 0;
-  const long mu = max_ulps(cpu.o, gpu.o, &diff);
-  // Only the summation order (MMA, the quad's row-sum split) and exp's last bit differ, so at
-  // most one bf16 rounding flips per element.
-  EXPECT(mu <= 1, "%s: O differs by up to %ld bf16 ulps", what, mu);
+  // Only the summation order (MMA, the quad's row-sum split) and exp's last bit differ. The fp32
+  // accumulator acc = sum bf16(P-bar) v then differs by at most N * 2^-23 * max|v| in absolute
+  // terms (a few fp32 roundings of partial sums bounded by sum |P-bar v| <= N max|v|, relative to
+  // l >= 1), and the final bf16 rounding can flip once more: |dO| <= ulp_bf16(O) + N 2^-23 max|v|.
+  // An ulp count alone is no bound: where acc cancels to near 0, one fp32 rounding is many bf16
+  // ulps of the tiny result.
+  float vmax = 0.f;
+  for (float x : t.v) vmax = std::max(vmax, std::fabs(x));
+  long diff = 0, over = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < cpu.o.size(); ++i) {
+    const double dlt = std::fabs(double(cpu.o[i]) - double(gpu.o[i]));
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(cpu.o[i]), 1e-30f)) - 7);
+    const double bound = ulp + double(N) * 0x1p-23 * vmax;
+    diff += dlt != 0.0;
+    over += dlt > bound;
+    worst = std::max(worst, dlt / bound);
+  }
+  EXPECT(over == 0, "%s: %ld O elements beyond ulp_bf16(O) + N 2^-23 max|v| (worst %.2f of the bound)", what, over, worst);
   // Gradients: bf16(P) and bf16(dS) feed MMAs in another order, and dQ's fp32 atomics add in any
   // order; both flip individual bf16 roundings. Relative L2 distance to the emulation stays under
   // 1% (bf16's own half-ulp is 0.4%).
   const double rq = rel_diff(gpu.dq, cpu.dq), rk = rel_diff(gpu.dk, cpu.dk), rv = rel_diff(gpu.dv, cpu.dv);
   EXPECT(rq < 1e-2 && rk < 1e-2 && rv < 1e-2, "%s: gradient relative distance dq %g dk %g dv %g", what, rq, rk, rv);
-  std::printf("%s: O %ld elements 1 ulp apart of %zu; grads rel %.2e %.2e %.2e\n", what, diff, cpu.o.size(), rq, rk, rv);
+  std::printf("%s: O %ld of %zu elements differ (worst %.2f of the bound); grads rel %.2e %.2e %.2e\n", what, diff,
+              cpu.o.size(), worst, rq, rk, rv);
   for (std::size_t h = 0; h < cpu.heads.size(); ++h)
     EXPECT(cpu.heads[h].rows == gpu.heads[h].rows && cpu.heads[h].repeated_max_rows == gpu.heads[h].repeated_max_rows,
            "%s head %zu: cpu {%s} gpu {%s}", what, h, describe(cpu.heads[h]).c_str(), describe(gpu.heads[h]).c_str());
