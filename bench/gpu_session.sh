@@ -48,7 +48,8 @@ for s in "$@"; do
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
     gpt2)
       G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 50 --timed-from 10"
-      for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" "hooks:--instrument counters"; do
+      for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" "hooks:--instrument counters" \
+                 "hooks10:--instrument counters --weights-every 10"; do
         name=${cfg%%:*}; args=${cfg#*:}
         stage "gpt2 $name"
         timeout 300 $G $args --out "$OUT/gpt2-$name.h5" >"$OUT/gpt2-$name.log" 2>&1; echo "rc=$?"
@@ -65,8 +66,8 @@ q = torch.randn(1, 2, 128, 64, device='cuda', dtype=torch.bfloat16, requires_gra
 o = torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0); print('fwd', flush=True)
 o.float().sum().backward(); print('bwd', q.grad.float().abs().sum().item(), flush=True)" 2>&1 | tail -25
       stage "python example on cuda"
-      timeout 200 python3 examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
-      tail -4 "$OUT/python.log" ;;
+      timeout 200 python3 -X faulthandler examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
+      tail -30 "$OUT/python.log" ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 500 ctest -j8 --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"

@@ -32,10 +32,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed)->capture_default_str();
   std::string device = "cpu";
   bool no_monitor = false;
-  int64_t timed_from = 10;
+  int64_t timed_from = 10, weights_every = 1;
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
   app.add_option("--attention", cfg.attention, "lpdiag (the op) or sdpa (PyTorch's own, LibTorch >= 2)")->capture_default_str();
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
+  app.add_option("--weights-every", weights_every, "Monitor cadence of weight and update statistics (steps)")->capture_default_str();
   app.add_option("--timed-from", timed_from, "Steady-state timing starts at this step")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cfg.n_embd % cfg.n_head != 0) {
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
     monitor->add_matrix("h." + std::to_string(l) + ".attn.c_proj", "attn_o", l, 0, b->attn_proj->weight, 0, cfg.n_embd);
     monitor->add_matrix("h." + std::to_string(l) + ".mlp.c_fc", "mlp_in", l, 0, b->c_fc->weight, 0, 4 * cfg.n_embd);
   }
+  if (monitor) monitor->set_cadence("weights", weights_every), monitor->set_cadence("updates", weights_every);
   if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
 
   std::printf("text: %s (%zu tokens, vocab %lld); model: %lld layers, %lld heads, width %lld, block %lld\n", corpus.source.c_str(),

@@ -10,30 +10,43 @@
 
 namespace lpdiag::hooks {
 
-// Power iteration on the weight's own device, warm-started from the previous record.
+// Power iteration on the weight's own device, warm-started from the previous record. It never
+// synchronizes: a cold start runs 30 iterations, a warm start 4 (the weights move little between
+// records), and sigma stays a device scalar until record() fetches every value in one copy.
+// Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
 struct Power {
-  torch::Tensor v;
-  double sigma = NAN;
-  torch::Tensor u;
-  void run(const torch::Tensor& w, int iters = 30, double tol = 1e-6) {
-    if (!v.defined() || v.size(0) != w.size(1)) {
-      auto gen = torch::ones({w.size(1)}, w.options());
-      v = gen / gen.norm();
+  torch::Tensor v, u, sigma;  // v (batch, cols, 1), u (batch, rows, 1), sigma (batch)
+  void run(const torch::Tensor& w) {
+    const bool cold = !v.defined() || v.size(0) != w.size(0) || v.size(1) != w.size(2);
+    if (cold) v = torch::ones({w.size(0), w.size(2), 1}, w.options()) / std::sqrt(double(w.size(2)));
+    const double tiny = 1e-30;
+    for (int it = 0, n = cold ? 30 : 4; it < n; ++it) {
+      u = torch::bmm(w, v);
+      u = u / (u.norm(2, {1}, true) + tiny);
+      const torch::Tensor x = torch::bmm(w.transpose(1, 2), u);
+      sigma = x.norm(2, {1, 2});
+      v = x / (sigma.view({-1, 1, 1}) + tiny);
     }
-    for (int it = 0; it < iters; ++it) {
-      u = torch::mv(w, v);
-      const double un = u.norm().item<double>();
-      if (un == 0) {
-        sigma = 0;
-        return;
-      }
-      u = u / un;
-      torch::Tensor x = torch::mv(w.t(), u);
-      sigma = x.norm().item<double>();
-      const double residual = (x - sigma * v).norm().item<double>() / sigma;
-      v = x / sigma;
-      if (residual < tol) break;
-    }
+  }
+};
+
+// Device scalars bound for the record, copied to the host together at the end of record().
+struct Monitor::Fetch {
+  std::vector<torch::Tensor> values;
+  std::vector<double*> dst;
+  void add(const torch::Tensor& t, double* d) {
+    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
+    dst.push_back(d);
+  }
+  void add_each(const torch::Tensor& t, std::vector<double>& d) {
+    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
+    for (auto& x : d) dst.push_back(&x);
+  }
+  void run() {
+    if (values.empty()) return;
+    const torch::Tensor h = torch::cat(values).cpu();
+    const double* a = h.data_ptr<double>();
+    for (std::size_t i = 0; i < dst.size(); ++i) *dst[i] = a[i];
   }
 };
 
@@ -41,8 +54,7 @@ struct Monitor::Tracked {
   MatrixSpec spec;
   torch::Tensor weight;  // the parameter (a view of it is read at each record)
   int64_t row0 = 0, row1 = 0;
-  Power whole, delta;
-  std::vector<Power> heads;
+  Power whole, delta, heads;  // heads: the per-head row blocks, batched
   torch::Tensor prev;  // W at the previous update record (fp32, same device): all update stats need
   torch::Tensor prev_u, prev_v;
   torch::Tensor slice() const { return weight.detach().narrow(0, row0, row1 - row0).to(torch::kFloat32); }
@@ -89,7 +101,6 @@ void Monitor::add_matrix(std::string name, std::string role, int64_t layer, int6
   m->weight = weight;
   m->row0 = row0;
   m->row1 = row1;
-  m->heads.resize(static_cast<std::size_t>(n_heads));
   matrices_.push_back(std::move(m));
 }
 
@@ -152,38 +163,35 @@ void Monitor::open_writer() {
   }
 }
 
-void Monitor::weight_stats(Tracked& m, TraceRecord& r, std::size_t idx) {
+void Monitor::weight_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f) {
   const torch::Tensor w = m.slice();
-  m.whole.run(w);
+  m.whole.run(w.unsqueeze(0));
   WeightStats& s = r.weights[idx];
-  s.spectral_norm = m.whole.sigma;
-  s.frobenius_norm = w.norm().item<double>();
-  s.stable_rank = s.spectral_norm > 0 ? s.frobenius_norm * s.frobenius_norm / (s.spectral_norm * s.spectral_norm) : NAN;
+  const torch::Tensor fro = w.norm();
+  f.add(m.whole.sigma, &s.spectral_norm);
+  f.add(fro, &s.frobenius_norm);
+  f.add(fro * fro / (m.whole.sigma * m.whole.sigma), &s.stable_rank);  // NaN for a zero matrix
   const int64_t nh = m.spec.n_heads;
-  for (int64_t h = 0; h < nh; ++h) {
-    const int64_t rows = m.spec.rows / nh;
-    m.heads[static_cast<std::size_t>(h)].run(w.narrow(0, h * rows, rows));
-    s.head_spectral_norm[static_cast<std::size_t>(h)] = m.heads[static_cast<std::size_t>(h)].sigma;
+  if (nh > 0) {
+    m.heads.run(w.view({nh, m.spec.rows / nh, w.size(1)}));
+    f.add_each(m.heads.sigma, s.head_spectral_norm);
   }
 }
 
-void Monitor::update_stats(Tracked& m, TraceRecord& r, std::size_t idx) {
+void Monitor::update_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f) {
   const torch::Tensor w = m.slice();
   if (m.prev.defined()) {
     const torch::Tensor d = w - m.prev;
-    const double fro2 = d.pow(2).sum().item<double>();
+    const torch::Tensor fro2 = d.pow(2).sum();
     UpdateStats& u = r.updates[idx];
-    if (fro2 > 0) {
-      m.delta.run(d);
-      u.sigma1 = m.delta.sigma;
-      u.concentration = m.delta.sigma * m.delta.sigma / fro2;
-      if (m.prev_u.defined())
-        u.similarity_prev = std::fabs(torch::dot(m.delta.u, m.prev_u).item<double>()) * std::fabs(torch::dot(m.delta.v, m.prev_v).item<double>());
-      m.prev_u = m.delta.u.clone();
-      m.prev_v = m.delta.v.clone();
-    } else {
-      u.sigma1 = 0;
-    }
+    m.delta.run(d.unsqueeze(0));
+    const torch::Tensor sigma = m.delta.sigma.squeeze(0);
+    f.add(sigma, &u.sigma1);                           // 0 for no update
+    f.add(sigma * sigma / fro2, &u.concentration);     // NaN for no update
+    const torch::Tensor du = m.delta.u.reshape({-1}), dv = m.delta.v.reshape({-1});
+    if (m.prev_u.defined()) f.add(torch::dot(du, m.prev_u).abs() * torch::dot(dv, m.prev_v).abs(), &u.similarity_prev);
+    m.prev_u = du.clone();
+    m.prev_v = dv.clone();
   }
   m.prev = w.clone();
 }
@@ -213,10 +221,12 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
       }
     }
   }
+  Fetch fetch;
   for (std::size_t i = 0; i < matrices_.size(); ++i) {
-    if (due("weights")) weight_stats(*matrices_[i], r, i);
-    if (due("updates")) update_stats(*matrices_[i], r, i);
+    if (due("weights")) weight_stats(*matrices_[i], r, i, fetch);
+    if (due("updates")) update_stats(*matrices_[i], r, i, fetch);
   }
+  fetch.run();  // the one device-to-host copy of this record's weight and update statistics
   if (due("activations"))
     for (std::size_t i = 0; i < activation_names_.size(); ++i) {
       auto it = activation_values_.find(activation_names_[i]);

@@ -49,8 +49,9 @@ class Monitor : public torch::CustomClassHolder {
  private:
   struct Tracked;
   void open_writer();
-  void weight_stats(Tracked& m, TraceRecord& r, std::size_t idx);
-  void update_stats(Tracked& m, TraceRecord& r, std::size_t idx);
+  struct Fetch;
+  void weight_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f);
+  void update_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f);
 
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
