@@ -65,8 +65,17 @@ import torch; torch.ops.load_library('$B/hooks/liblpdiag_torch.so'); print('load
 q = torch.randn(1, 2, 128, 64, device='cuda', dtype=torch.bfloat16, requires_grad=True)
 o = torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0); print('fwd', flush=True)
 o.float().sum().backward(); print('bwd', q.grad.float().abs().sum().item(), flush=True)" 2>&1 | tail -25
+      stage "python: errors from the op"
+      timeout 100 python3 -c "
+import torch; torch.ops.load_library('$B/hooks/liblpdiag_torch.so')
+for dev, d in (('cpu', 32), ('cuda', 32)):
+    q = torch.randn(1, 2, 16, d, device=dev, dtype=torch.bfloat16)
+    try:
+        torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0)
+        print(dev, 'no error')
+    except RuntimeError as e: print(dev, 'caught:', str(e)[:150], flush=True)" 2>&1 | tail -6
       stage "python example on cuda"
-      timeout 200 python3 -X faulthandler examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
+      timeout 200 python3 -X faulthandler examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --n-embd 128 --n-head 2 --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
       tail -30 "$OUT/python.log" ;;
     ctest)
       stage "ctest"
