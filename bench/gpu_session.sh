@@ -68,8 +68,8 @@ o.float().sum().backward(); print('bwd', q.grad.float().abs().sum().item(), flus
       stage "python: errors from the op"
       timeout 100 python3 -c "
 import torch; torch.ops.load_library('$B/hooks/liblpdiag_torch.so')
-for dev, d in (('cpu', 32), ('cuda', 32)):
-    q = torch.randn(1, 2, 16, d, device=dev, dtype=torch.bfloat16)
+for dev, d, dt in (('cpu', 32, torch.float64), ('cuda', 32, torch.bfloat16)):
+    q = torch.randn(1, 2, 16, d, device=dev, dtype=dt)
     try:
         torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0)
         print(dev, 'no error')
@@ -79,7 +79,7 @@ for dev, d in (('cpu', 32), ('cuda', 32)):
       tail -30 "$OUT/python.log" ;;
     ctest)
       stage "ctest"
-      (cd $B && timeout 500 ctest -j8 --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"
+      (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"
       tail -15 "$OUT/ctest.log" ;;
   esac
 done
