@@ -77,6 +77,18 @@ for dev, d, dt in (('cpu', 32, torch.float64), ('cuda', 32, torch.bfloat16)):
       stage "python example on cuda"
       timeout 200 python3 -X faulthandler examples/python/train_gpt2.py --lib $B/hooks/liblpdiag_torch.so --device cuda --n-embd 128 --n-head 2 --out "$OUT/py.h5" >"$OUT/python.log" 2>&1; echo "rc=$?"
       tail -30 "$OUT/python.log" ;;
+    pybt)
+      stage "python: backtrace of the error-path abort"
+      cat >/tmp/err.py <<PY
+import torch; torch.ops.load_library('$B/hooks/liblpdiag_torch.so')
+q = torch.randn(1, 2, 16, 32, dtype=torch.float64)
+try:
+    torch.ops.lpdiag.attention(q, q, q, True, 'fa2', 'none', 'counters', 0)
+except RuntimeError as e: print('caught:', str(e)[:150], flush=True)
+PY
+      TORCH_SHOW_CPP_STACKTRACES=0 timeout 60 python3 /tmp/err.py 2>&1 | tail -3
+      timeout 200 cuda-gdb -batch -ex "set pagination off" -ex run -ex bt --args python3 /tmp/err.py >"$OUT/pybt.txt" 2>&1
+      grep -E "^#" "$OUT/pybt.txt" | head -40 ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   double first_loss = NAN, last_loss = NAN;
   const auto t0 = std::chrono::steady_clock::now();
   auto t_steady = t0;
+  double record_secs = 0;  // host time inside Monitor::record over the steady state
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
     const double l = loss.item<double>();
     if (step == 0) first_loss = l;
     last_loss = l;
-    if (monitor && !monitor->record(step, l, cur_lr, grad_norm)) {  // lpdiag: one call per step
+    const auto r0 = std::chrono::steady_clock::now();
+    const bool keep = !monitor || monitor->record(step, l, cur_lr, grad_norm);  // lpdiag: one call per step
+    if (step >= timed_from) record_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    if (!keep) {
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);
       break;
     }
@@ -116,8 +120,8 @@ int main(int argc, char** argv) {
   if (steps > timed_from + 1) {
     const double ss = std::chrono::duration<double>(t1 - t_steady).count();
     const double n = double(steps - timed_from);
-    std::printf("steady state (steps %lld..%lld): %.2f ms/step, %.0f tokens/s\n", (long long)timed_from, (long long)steps - 1,
-                1e3 * ss / n, n * double(batch * cfg.block) / ss);
+    std::printf("steady state (steps %lld..%lld): %.2f ms/step, %.0f tokens/s, of which Monitor::record %.2f ms/step\n",
+                (long long)timed_from, (long long)steps - 1, 1e3 * ss / n, n * double(batch * cfg.block) / ss, 1e3 * record_secs / n);
   }
   std::printf("trained %lld steps in %.1f s (%.1f ms/step, %.0f tokens/s); loss %.4f -> %.4f; trace %s\n", (long long)steps, secs,
               1e3 * secs / double(steps), double(steps * batch * cfg.block) / secs, first_loss, last_loss, monitor ? monitor->trace_path().c_str() : "(no monitor)");

@@ -38,9 +38,10 @@ struct Monitor::Fetch {
     values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
     dst.push_back(d);
   }
-  void add_each(const torch::Tensor& t, std::vector<double>& d) {
+  // t holds one value per destination, in order.
+  void add(const torch::Tensor& t, const std::vector<double*>& d) {
     values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
-    for (auto& x : d) dst.push_back(&x);
+    dst.insert(dst.end(), d.begin(), d.end());
   }
   void run() {
     if (values.empty()) return;
@@ -54,10 +55,23 @@ struct Monitor::Tracked {
   MatrixSpec spec;
   torch::Tensor weight;  // the parameter (a view of it is read at each record)
   int64_t row0 = 0, row1 = 0;
-  Power whole, delta, heads;  // heads: the per-head row blocks, batched
-  torch::Tensor prev;  // W at the previous update record (fp32, same device): all update stats need
-  torch::Tensor prev_u, prev_v;
   torch::Tensor slice() const { return weight.detach().narrow(0, row0, row1 - row0).to(torch::kFloat32); }
+};
+
+// Matrices of one shape, head count and device: their statistics run as one batch (48 of
+// GPT-2 small's 61 matrices are 768 x 768), so a record costs a few dozen kernel launches, not
+// thousands.
+struct Monitor::Group {
+  std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices)
+  int64_t rows = 0, cols = 0, n_heads = 0;
+  Power whole, delta, heads;
+  torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
+  torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
+  torch::Tensor stack(const std::vector<std::unique_ptr<Tracked>>& all) const {
+    std::vector<torch::Tensor> w;
+    for (std::size_t i : members) w.push_back(all[i]->slice());
+    return torch::stack(w);
+  }
 };
 
 Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
@@ -163,37 +177,61 @@ void Monitor::open_writer() {
   }
 }
 
-void Monitor::weight_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f) {
-  const torch::Tensor w = m.slice();
-  m.whole.run(w.unsqueeze(0));
-  WeightStats& s = r.weights[idx];
-  const torch::Tensor fro = w.norm();
-  f.add(m.whole.sigma, &s.spectral_norm);
-  f.add(fro, &s.frobenius_norm);
-  f.add(fro * fro / (m.whole.sigma * m.whole.sigma), &s.stable_rank);  // NaN for a zero matrix
-  const int64_t nh = m.spec.n_heads;
-  if (nh > 0) {
-    m.heads.run(w.view({nh, m.spec.rows / nh, w.size(1)}));
-    f.add_each(m.heads.sigma, s.head_spectral_norm);
+void Monitor::group_matrices() {
+  std::map<std::string, std::size_t> by_key;
+  for (std::size_t i = 0; i < matrices_.size(); ++i) {
+    const Tracked& m = *matrices_[i];
+    const std::string key = std::to_string(m.spec.rows) + "x" + std::to_string(m.spec.cols) + "/" +
+                            std::to_string(m.spec.n_heads) + "@" + m.weight.device().str();
+    auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      it = by_key.emplace(key, groups_.size()).first;
+      groups_.push_back(std::make_unique<Group>());
+      groups_.back()->rows = m.spec.rows, groups_.back()->cols = m.spec.cols, groups_.back()->n_heads = m.spec.n_heads;
+    }
+    groups_[it->second]->members.push_back(i);
   }
 }
 
-void Monitor::update_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f) {
-  const torch::Tensor w = m.slice();
-  if (m.prev.defined()) {
-    const torch::Tensor d = w - m.prev;
-    const torch::Tensor fro2 = d.pow(2).sum();
-    UpdateStats& u = r.updates[idx];
-    m.delta.run(d.unsqueeze(0));
-    const torch::Tensor sigma = m.delta.sigma.squeeze(0);
-    f.add(sigma, &u.sigma1);                           // 0 for no update
-    f.add(sigma * sigma / fro2, &u.concentration);     // NaN for no update
-    const torch::Tensor du = m.delta.u.reshape({-1}), dv = m.delta.v.reshape({-1});
-    if (m.prev_u.defined()) f.add(torch::dot(du, m.prev_u).abs() * torch::dot(dv, m.prev_v).abs(), &u.similarity_prev);
-    m.prev_u = du.clone();
-    m.prev_v = dv.clone();
+void Monitor::weight_stats(Group& g, TraceRecord& r, Fetch& f) {
+  const torch::Tensor w = g.stack(matrices_);
+  g.whole.run(w);
+  const torch::Tensor fro = w.norm(2, {1, 2});
+  std::vector<double*> sn, fr, sr, hs;
+  for (std::size_t i : g.members) {
+    WeightStats& s = r.weights[i];
+    sn.push_back(&s.spectral_norm), fr.push_back(&s.frobenius_norm), sr.push_back(&s.stable_rank);
+    for (auto& h : s.head_spectral_norm) hs.push_back(&h);
   }
-  m.prev = w.clone();
+  f.add(g.whole.sigma, sn);
+  f.add(fro, fr);
+  f.add(fro * fro / (g.whole.sigma * g.whole.sigma), sr);  // NaN for a zero matrix
+  if (g.n_heads > 0) {
+    g.heads.run(w.reshape({-1, g.rows / g.n_heads, g.cols}));  // (G * heads, rows / heads, cols)
+    f.add(g.heads.sigma, hs);
+  }
+}
+
+void Monitor::update_stats(Group& g, TraceRecord& r, Fetch& f) {
+  const torch::Tensor w = g.stack(matrices_);
+  if (g.prev.defined()) {
+    const torch::Tensor d = w - g.prev;
+    const torch::Tensor fro2 = d.pow(2).sum({1, 2});
+    g.delta.run(d);
+    const torch::Tensor sigma = g.delta.sigma;
+    std::vector<double*> s1, conc, sim;
+    for (std::size_t i : g.members) {
+      UpdateStats& u = r.updates[i];
+      s1.push_back(&u.sigma1), conc.push_back(&u.concentration), sim.push_back(&u.similarity_prev);
+    }
+    f.add(sigma, s1);                      // 0 for no update
+    f.add(sigma * sigma / fro2, conc);     // NaN for no update
+    const torch::Tensor du = g.delta.u.squeeze(2), dv = g.delta.v.squeeze(2);
+    if (g.prev_u.defined()) f.add((du * g.prev_u).sum(1).abs() * (dv * g.prev_v).sum(1).abs(), sim);
+    g.prev_u = du;
+    g.prev_v = dv;
+  }
+  g.prev = w;  // stack() made a copy
 }
 
 bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
@@ -222,9 +260,10 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
     }
   }
   Fetch fetch;
-  for (std::size_t i = 0; i < matrices_.size(); ++i) {
-    if (due("weights")) weight_stats(*matrices_[i], r, i, fetch);
-    if (due("updates")) update_stats(*matrices_[i], r, i, fetch);
+  if (groups_.empty()) group_matrices();
+  for (auto& g : groups_) {
+    if (due("weights")) weight_stats(*g, r, fetch);
+    if (due("updates")) update_stats(*g, r, fetch);
   }
   fetch.run();  // the one device-to-host copy of this record's weight and update statistics
   if (due("activations"))

@@ -50,12 +50,15 @@ class Monitor : public torch::CustomClassHolder {
   struct Tracked;
   void open_writer();
   struct Fetch;
-  void weight_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f);
-  void update_stats(Tracked& m, TraceRecord& r, std::size_t idx, Fetch& f);
+  struct Group;
+  void group_matrices();
+  void weight_stats(Group& g, TraceRecord& r, Fetch& f);
+  void update_stats(Group& g, TraceRecord& r, Fetch& f);
 
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
   std::vector<std::unique_ptr<Tracked>> matrices_;
+  std::vector<std::unique_ptr<Group>> groups_;
   std::vector<std::string> activation_names_;
   std::vector<int64_t> activation_layers_;
   std::map<std::string, std::pair<float, float>> activation_values_;
