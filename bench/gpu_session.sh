@@ -5,12 +5,12 @@
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
-B=build-gpu
+B=build-gpu2
 stage() { echo "== $1 ($(date +%T))"; }
 TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 stage configure
-cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-grep -E "CUDA kernels|LibTorch" "$OUT/configure.log"
+cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+grep -E "CUDA kernels|LibTorch|libstdc" "$OUT/configure.log"
 stage build
 ninja -C $B -k 0 >"$OUT/build.log" 2>&1
 echo "build rc=$?"
@@ -48,8 +48,8 @@ for s in "$@"; do
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
     gpt2)
       G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 50 --timed-from 10"
-      for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" "hooks:--instrument counters" \
-                 "hooks10:--instrument counters --weights-every 10"; do
+      for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" \
+                 "ctr:--instrument counters --no-monitor" "hooks:--instrument counters" "offmon:--instrument off"; do
         name=${cfg%%:*}; args=${cfg#*:}
         stage "gpt2 $name"
         timeout 300 $G $args --out "$OUT/gpt2-$name.h5" >"$OUT/gpt2-$name.log" 2>&1; echo "rc=$?"

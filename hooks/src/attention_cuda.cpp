@@ -3,6 +3,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "lpdiag/cuda/flash_attention.hpp"
@@ -124,14 +125,28 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
 std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters() {
   std::lock_guard<std::mutex> lock(board().mu);
   std::map<std::int64_t, std::vector<HeadCounters>> out;
-  for (auto& [layer, t] : board().slots) {
-    const c10::cuda::CUDAGuard guard(t.device());
-    const std::int64_t H = t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
-    auto heads = lc::read_counters(reinterpret_cast<const lc::DeviceHeadCounters*>(t.data_ptr()), H, stream());
-    bool any = false;
-    for (const auto& h : heads) any = any || h.rows > 0 || h.delta_err_count > 0;
-    if (any) out[layer] = std::move(heads);  // a layer with no call since the last drain stays unmeasured
-    lc::clear_counters(reinterpret_cast<lc::DeviceHeadCounters*>(t.data_ptr()), H, stream());
+  // One device-to-host copy per device for all layers, then the slots are zeroed on the device.
+  std::map<std::string, std::vector<std::int64_t>> by_device;
+  for (auto& [layer, t] : board().slots) by_device[t.device().str()].push_back(layer);
+  for (const auto& [dev, layers] : by_device) {
+    std::vector<torch::Tensor> parts;
+    for (std::int64_t l : layers) parts.push_back(board().slots[l]);
+    const torch::Tensor host = torch::cat(parts).cpu();
+    const auto* bytes = host.data_ptr<std::uint8_t>();
+    for (std::int64_t l : layers) {
+      torch::Tensor& t = board().slots[l];
+      const std::int64_t H = t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
+      std::vector<HeadCounters> heads;
+      bool any = false;
+      for (std::int64_t h = 0; h < H; ++h, bytes += sizeof(lc::DeviceHeadCounters)) {
+        lc::DeviceHeadCounters raw;
+        std::memcpy(&raw, bytes, sizeof raw);
+        heads.push_back(lc::to_head_counters(raw));
+        any = any || heads.back().rows > 0 || heads.back().delta_err_count > 0;
+      }
+      if (any) out[l] = std::move(heads);  // a layer with no call since the last drain stays unmeasured
+      t.zero_();
+    }
   }
   return out;
 }

@@ -1,0 +1,46 @@
+"""Bad arguments to torch.ops.lpdiag.attention raise RuntimeError naming the argument, from Python,
+and the process survives (a private static libstdc++ in our libraries once made it abort here).
+On a machine with CUDA and the kernels, the CUDA path's checks are exercised too.
+    op_errors.py LIBRARY"""
+import sys
+
+import torch
+
+torch.ops.load_library(sys.argv[1])
+att = torch.ops.lpdiag.attention
+failures = 0
+
+
+def expect_error(what, fn, needle):
+    global failures
+    try:
+        fn()
+    except RuntimeError as e:
+        if needle not in str(e):
+            print(f"FAIL {what}: message lacks '{needle}': {str(e)[:200]}")
+            failures += 1
+        else:
+            print(f"ok   {what}: {str(e).splitlines()[0][:120]}")
+        return
+    print(f"FAIL {what}: no error")
+    failures += 1
+
+
+q = torch.randn(1, 2, 16, 64)
+expect_error("float64 v", lambda: att(q, q, q.double(), True, "fa2", "none", "counters", 0), "v must be bfloat16")
+expect_error("3-D k", lambda: att(q, q[0], q, True, "fa2", "none", "counters", 0), "k must have shape")
+expect_error("unknown policy", lambda: att(q, q, q, True, "fa3", "none", "counters", 0), "fa3")
+expect_error("bad instrument", lambda: att(q, q, q, True, "fa2", "none", "loud", 0), "instrument")
+if torch.cuda.is_available():
+    c = torch.randn(1, 2, 16, 32, device="cuda", dtype=torch.bfloat16)
+    try:
+        att(c, c, c, True, "fa2", "none", "counters", 0)
+        print("FAIL cuda head dim 32: no error")
+        failures += 1
+    except RuntimeError as e:
+        print("ok   cuda head dim 32:", str(e).splitlines()[0][:120])
+# Still alive and still working after the errors.
+o = att(q.bfloat16(), q.bfloat16(), q.bfloat16(), True, "fa2", "none", "counters", 0)
+assert o.shape == q.shape
+print("FAILED" if failures else "PASSED", failures)
+sys.exit(1 if failures else 0)
