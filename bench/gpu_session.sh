@@ -5,11 +5,11 @@
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
-B=build-gpu2
+B=build-gpu3
 stage() { echo "== $1 ($(date +%T))"; }
 TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 stage configure
-cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 grep -E "CUDA kernels|LibTorch|libstdc" "$OUT/configure.log"
 stage build
 ninja -C $B -k 0 >"$OUT/build.log" 2>&1
@@ -89,6 +89,10 @@ PY
       TORCH_SHOW_CPP_STACKTRACES=0 timeout 60 python3 /tmp/err.py 2>&1 | tail -3
       timeout 200 cuda-gdb -batch -ex "set pagination off" -ex run -ex bt --args python3 /tmp/err.py >"$OUT/pybt.txt" 2>&1
       grep -E "^#" "$OUT/pybt.txt" | head -40 ;;
+    pyerr)
+      stage "python error test"
+      readelf -d $B/hooks/liblpdiag_torch.so | grep -c "libstdc++"
+      (cd $B && timeout 120 ctest -R "hooks_python_errors|test_hooks|example_python" --output-on-failure 2>&1 | tail -25) ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"

@@ -48,13 +48,16 @@ endif()
 # /opt/gcc on the GPU image) breaks them inside PyTorch: two libstdc++ copies share locale state,
 # and the first TORCH_CHECK aborts with "free(): invalid pointer". Say so at configure time.
 if(LPDIAG_TORCH_ENABLED AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so OUTPUT_VARIABLE _lpdiag_libstdcxx
-                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(NOT IS_ABSOLUTE "${_lpdiag_libstdcxx}")
-    message(WARNING "${CMAKE_CXX_COMPILER} has no shared libstdc++ (it would link a static copy into lpdiag's "
-                    "shared libraries, which then crash inside PyTorch on the first error). Configure with the "
-                    "system compiler instead, e.g. -DCMAKE_CXX_COMPILER=/usr/bin/g++ in a fresh build directory.")
-  endif()
+  foreach(_lpdiag_cc ${CMAKE_CXX_COMPILER} ${CMAKE_CUDA_HOST_COMPILER})
+    execute_process(COMMAND ${_lpdiag_cc} -print-file-name=libstdc++.so OUTPUT_VARIABLE _lpdiag_libstdcxx
+                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT IS_ABSOLUTE "${_lpdiag_libstdcxx}")
+      message(WARNING "${_lpdiag_cc} has no shared libstdc++ (it would link a static copy into lpdiag's shared "
+                      "libraries, which then crash inside PyTorch on the first error). Configure a fresh build "
+                      "directory with the system compiler: -DCMAKE_CXX_COMPILER=/usr/bin/g++ "
+                      "-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++")
+    endif()
+  endforeach()
 endif()
 
 # Catch2 2.13 (Debian 12) or 3.x (GPU machine); tests/catch_compat.hpp hides the difference.
