@@ -22,6 +22,7 @@
 #include "lpdiag/cuda/cuda_check.hpp"
 #include "lpdiag/cuda/device.hpp"
 #include "lpdiag/cuda/flash_attention.hpp"
+#include "lpdiag/hooks/flash_tensors.hpp"
 
 namespace lc = lpdiag::cuda;
 
@@ -61,51 +62,25 @@ double median_ms(int reps, const std::function<void()>& f) {
   return t[t.size() / 2];
 }
 
-lc::BF16View view(const torch::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
-
-// Our kernels on (B, H, N, d) bf16 CUDA tensors; keeps O, lse and the residual for the backward.
+// Our kernels on (B, H, N, d) bf16 CUDA tensors, buffers allocated once so the timings hold
+// only the kernels; keeps O, lse and the residual for the backward.
 struct Ours {
   Shape s;
   lc::Instrument level;
   lpdiag::FixConfig fix;
-  torch::Tensor o, lse, residual, counters, dq, dk, dv, acc, delta;
-  Ours(const Shape& sh, lc::Instrument l, const torch::Tensor& like) : s(sh), level(l) {
-    o = torch::empty_like(like);
-    lse = torch::empty({s.B, s.H, s.N}, like.options().dtype(torch::kFloat32));
-    residual = l == lc::Instrument::full ? torch::empty(like.sizes(), like.options().dtype(torch::kFloat32)) : torch::Tensor();
+  lpdiag::hooks::FlashForwardTensors f;
+  lpdiag::hooks::FlashBackwardTensors b;
+  torch::Tensor counters;
+  Ours(const Shape& sh, lc::Instrument l, const torch::Tensor& like)
+      : s(sh), level(l), f(lpdiag::hooks::allocate_forward(like, l)), b(lpdiag::hooks::allocate_backward(like)) {
     counters = torch::zeros({s.H * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters))}, like.options().dtype(torch::kUInt8));
-    dq = torch::empty_like(like), dk = torch::empty_like(like), dv = torch::empty_like(like);
-    acc = torch::empty(like.sizes(), like.options().dtype(torch::kFloat32));
-    delta = torch::empty({s.B, s.H, s.N}, like.options().dtype(torch::kFloat32));
   }
-  lc::FlashShape shape() const { return {s.B, s.H, s.N, s.d, s.causal, 0.f}; }
   lc::DeviceHeadCounters* cnt() { return reinterpret_cast<lc::DeviceHeadCounters*>(counters.data_ptr()); }
   void forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    lc::FlashForwardArgs a;
-    a.shape = shape();
-    a.q = view(q), a.k = view(k), a.v = view(v);
-    a.o = o.data_ptr();
-    a.lse = lse.data_ptr<float>();
-    a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
-    a.counters = cnt();
-    a.fix = fix;
-    a.instrument = level;
-    a.stream = stream();
-    lc::flash_forward(a);
+    lc::flash_forward(lpdiag::hooks::forward_args(q, k, v, f, s.causal, fix, level, cnt(), stream()));
   }
   void backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& g) {
-    lc::FlashBackwardArgs a;
-    a.shape = shape();
-    a.q = view(q), a.k = view(k), a.v = view(v), a.o = view(o), a.dout = view(g);
-    a.lse = lse.data_ptr<float>();
-    a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
-    a.dq = dq.data_ptr(), a.dk = dk.data_ptr(), a.dv = dv.data_ptr();
-    a.dq_accum = acc.data_ptr<float>();
-    a.delta = delta.data_ptr<float>();
-    a.counters = cnt();
-    a.instrument = level;
-    a.stream = stream();
-    lc::flash_backward(a);
+    lc::flash_backward(lpdiag::hooks::backward_args(q, k, v, g, f, b, s.causal, level, cnt(), stream()));
   }
 };
 
@@ -204,7 +179,7 @@ int check(const std::string& json_path) {
         torch::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
         torch::Tensor of = at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, causal);
         auto fl = torch::autograd::grad({of}, {qg, kg, vg}, {g});
-        const double eo[4] = {rel(ours.o, o64.detach()), rel(ours.dq, ref[0]), rel(ours.dk, ref[1]), rel(ours.dv, ref[2])};
+        const double eo[4] = {rel(ours.f.o, o64.detach()), rel(ours.b.dq, ref[0]), rel(ours.b.dk, ref[1]), rel(ours.b.dv, ref[2])};
         const double ef[4] = {rel(of, o64.detach()), rel(fl[0], ref[0]), rel(fl[1], ref[1]), rel(fl[2], ref[2])};
         const char* names[4] = {"O", "dQ", "dK", "dV"};
         for (int x = 0; x < 4; ++x) {

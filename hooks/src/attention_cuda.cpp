@@ -12,8 +12,6 @@
 namespace lpdiag::hooks {
 namespace {
 
-namespace lc = lpdiag::cuda;
-
 // Per layer: H DeviceHeadCounters in a uint8 tensor on the layer's device.
 struct DeviceCounterBoard {
   std::mutex mu;
@@ -37,8 +35,6 @@ lc::DeviceHeadCounters* counters_for(std::int64_t layer, std::int64_t H, const t
   return reinterpret_cast<lc::DeviceHeadCounters*>(t.data_ptr());
 }
 
-lc::BF16View view(const torch::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
-
 // The kernels need d contiguous, 16-byte aligned rows: anything else is copied once.
 torch::Tensor kernel_layout(const torch::Tensor& t) {
   const bool ok = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0 &&
@@ -59,30 +55,17 @@ cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 }  // namespace
 
-CudaForward cuda_attention_forward(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
-                                   const AttentionConfig& cfg, const std::string& instrument, int64_t layer) {
+FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
+                                           const AttentionConfig& cfg, const std::string& instrument, int64_t layer) {
   check_cuda_args(q_in, cfg);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
   const lc::Instrument level = lc::parse_instrument(instrument.c_str());
-  const std::int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3);
-  CudaForward out;
-  out.o = torch::empty({B, H, N, d}, q.options());
-  out.lse = torch::empty({B, H, N}, q.options().dtype(torch::kFloat32));
-  if (level == lc::Instrument::full) out.residual = torch::empty({B, H, N, d}, q.options().dtype(torch::kFloat32));
+  FlashForwardTensors out = allocate_forward(q, level);
   torch::Tensor scratch;
-  lc::FlashForwardArgs a;
-  a.shape = {B, H, N, d, cfg.causal, 0.f};
-  a.q = view(q), a.k = view(k), a.v = view(v);
-  a.o = out.o.data_ptr();
-  a.lse = out.lse.data_ptr<float>();
-  a.o_residual = out.residual.defined() ? out.residual.data_ptr<float>() : nullptr;
-  a.counters = level == lc::Instrument::off ? nullptr : counters_for(layer, H, q, scratch);
-  a.fix = cfg.fix;
-  a.instrument = level;
-  a.stream = stream();
+  lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : counters_for(layer, q.size(1), q, scratch);
   try {
-    lc::flash_forward(a);
+    lc::flash_forward(forward_args(q, k, v, out, cfg.causal, cfg.fix, level, counters, stream()));
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention: ", e.what());
   }
@@ -90,36 +73,24 @@ CudaForward cuda_attention_forward(const torch::Tensor& q_in, const torch::Tenso
 }
 
 std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, const torch::Tensor& k_in,
-                                                   const torch::Tensor& v_in, const torch::Tensor& o,
-                                                   const torch::Tensor& lse, const torch::Tensor& residual,
+                                                   const torch::Tensor& v_in, const FlashForwardTensors& fwd,
                                                    const torch::Tensor& dout, const AttentionConfig& cfg,
                                                    const std::string& instrument, int64_t layer) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
   const torch::Tensor g = kernel_layout(dout.to(torch::kBFloat16));
-  const lc::Instrument level = lc::parse_instrument(instrument.c_str());
-  const std::int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3);
-  torch::Tensor dq = torch::empty({B, H, N, d}, q.options()), dk = torch::empty_like(dq), dv = torch::empty_like(dq);
-  torch::Tensor acc = torch::empty({B, H, N, d}, q.options().dtype(torch::kFloat32));
-  torch::Tensor delta = torch::empty({B, H, N}, q.options().dtype(torch::kFloat32));
+  // Only "full" has backward work to report (the delta errors); other levels run the plain kernels.
+  const lc::Instrument level =
+      lc::parse_instrument(instrument.c_str()) == lc::Instrument::full ? lc::Instrument::full : lc::Instrument::off;
+  const FlashBackwardTensors out = allocate_backward(q);
   torch::Tensor scratch;
-  lc::FlashBackwardArgs a;
-  a.shape = {B, H, N, d, cfg.causal, 0.f};
-  a.q = view(q), a.k = view(k), a.v = view(v), a.o = view(o), a.dout = view(g);
-  a.lse = lse.data_ptr<float>();
-  a.o_residual = residual.defined() ? residual.data_ptr<float>() : nullptr;
-  a.dq = dq.data_ptr(), a.dk = dk.data_ptr(), a.dv = dv.data_ptr();
-  a.dq_accum = acc.data_ptr<float>();
-  a.delta = delta.data_ptr<float>();
-  a.counters = level == lc::Instrument::full ? counters_for(layer, H, q, scratch) : nullptr;
-  a.instrument = level == lc::Instrument::full ? level : lc::Instrument::off;
-  a.stream = stream();
+  lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;
   try {
-    lc::flash_backward(a);
+    lc::flash_backward(backward_args(q, k, v, g, fwd, out, cfg.causal, level, counters, stream()));
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention (backward): ", e.what());
   }
-  return {dq, dk, dv};
+  return {out.dq, out.dk, out.dv};
 }
 
 std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters() {

@@ -9,21 +9,18 @@
 #include <vector>
 
 #include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/hooks/flash_tensors.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
 namespace lpdiag::hooks {
 
-struct CudaForward {
-  torch::Tensor o, lse, residual;  // residual only at "full"
-};
-
-CudaForward cuda_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+// Returns O, L and (at "full") the residual, which the backward needs again.
+FlashForwardTensors cuda_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const AttentionConfig& cfg, const std::string& instrument, int64_t layer);
 
 // Returns dq, dk, dv.
 std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                                   const torch::Tensor& o, const torch::Tensor& lse,
-                                                   const torch::Tensor& residual, const torch::Tensor& dout,
+                                                   const FlashForwardTensors& fwd, const torch::Tensor& dout,
                                                    const AttentionConfig& cfg, const std::string& instrument,
                                                    int64_t layer);
 

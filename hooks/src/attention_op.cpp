@@ -99,7 +99,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     ctx->saved_data["layer"] = layer_index;
 #ifdef LPDIAG_HOOKS_CUDA
     if (q.is_cuda()) {
-      CudaForward f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
+      FlashForwardTensors f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
       ctx->save_for_backward({q, k, v, f.o, f.lse, f.residual});
       return f.o;
     }
@@ -133,7 +133,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     torch::Tensor g = grads[0].to(q.scalar_type());  // dO arrives in the output's dtype
 #ifdef LPDIAG_HOOKS_CUDA
     if (q.is_cuda()) {
-      auto d = cuda_attention_backward(q, k, v, saved[3], saved[4], saved[5], g, cfg, instrument, layer);
+      auto d = cuda_attention_backward(q, k, v, {saved[3], saved[4], saved[5]}, g, cfg, instrument, layer);
       CaptureRequest req;
       if (layer >= 0 && CaptureBoard::instance().take(layer, req))
         write_capture_file(req, layer, cfg, ctx->saved_data["policy"].toStringRef(), q, to_floats(q), to_floats(k),

@@ -62,8 +62,7 @@ struct Monitor::Tracked {
 // GPT-2 small's 61 matrices are 768 x 768), so a record costs a few dozen kernel launches, not
 // thousands.
 struct Monitor::Group {
-  std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices)
-  int64_t rows = 0, cols = 0, n_heads = 0;
+  std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices); one shape
   Power whole, delta, heads;
   torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
@@ -187,7 +186,6 @@ void Monitor::group_matrices() {
     if (it == by_key.end()) {
       it = by_key.emplace(key, groups_.size()).first;
       groups_.push_back(std::make_unique<Group>());
-      groups_.back()->rows = m.spec.rows, groups_.back()->cols = m.spec.cols, groups_.back()->n_heads = m.spec.n_heads;
     }
     groups_[it->second]->members.push_back(i);
   }
@@ -206,8 +204,9 @@ void Monitor::weight_stats(Group& g, TraceRecord& r, Fetch& f) {
   f.add(g.whole.sigma, sn);
   f.add(fro, fr);
   f.add(fro * fro / (g.whole.sigma * g.whole.sigma), sr);  // NaN for a zero matrix
-  if (g.n_heads > 0) {
-    g.heads.run(w.reshape({-1, g.rows / g.n_heads, g.cols}));  // (G * heads, rows / heads, cols)
+  const MatrixSpec& spec = matrices_[g.members.front()]->spec;
+  if (spec.n_heads > 0) {
+    g.heads.run(w.reshape({-1, spec.rows / spec.n_heads, spec.cols}));  // (G * heads, rows / heads, cols)
     f.add(g.heads.sigma, hs);
   }
 }

@@ -14,9 +14,7 @@ template <int D, bool Causal>
 void launch_main(const BwdParams& p, int B, cudaStream_t stream) {
   constexpr int smem = bwd_smem_bytes<D>();
   auto kernel = flash_bwd_kernel<D, Causal>;
-  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  // The largest shared-memory carveout, so that as many blocks fit as the registers allow.
-  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  allow_shared_memory(kernel, smem);
   const dim3 grid((p.N + kBlockKeys - 1) / kBlockKeys, B * p.H);
   kernel<<<grid, kBwdWarps * 32, smem, stream>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());

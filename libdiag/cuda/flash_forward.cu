@@ -14,9 +14,7 @@ template <int D, bool Causal, int Level>
 void launch_forward(const FwdParams& p, int B, cudaStream_t stream) {
   constexpr int smem = fwd_smem_bytes<D>();
   auto kernel = flash_fwd_kernel<D, Causal, Level>;
-  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  // The largest shared-memory carveout, so that as many blocks fit as the registers allow.
-  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  allow_shared_memory(kernel, smem);
   const dim3 grid((p.N + kFwdRows - 1) / kFwdRows, B * p.H);
   kernel<<<grid, kFwdWarps * 32, smem, stream>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());

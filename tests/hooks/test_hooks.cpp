@@ -12,6 +12,7 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/hooks/flash_tensors.hpp"
 #include "monitor.hpp"
 
 using lpdiag::hooks::attention;
@@ -168,4 +169,34 @@ TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the thre
     CHECK(lpdiag::read_capture(e.message).step == 1);  // requested at step 0 for the next step
   }
   CHECK(captures == 1);
+}
+
+TEST_CASE("flash_tensors packs torch tensors into the CUDA entries' arguments", "[hooks][cuda-args]") {
+  using namespace lpdiag::hooks;
+  namespace lc = lpdiag::cuda;
+  // (B, N, H, d) storage seen as (B, H, N, d): the layout GPT-2's heads come in.
+  const torch::Tensor q = torch::randn({2, 40, 3, 64}).to(torch::kBFloat16).transpose(1, 2);
+  const torch::Tensor k = torch::randn({2, 3, 40, 64}).to(torch::kBFloat16);
+  const FlashForwardTensors counted = allocate_forward(q, lc::Instrument::counters);
+  CHECK_FALSE(counted.residual.defined());
+  const FlashForwardTensors full = allocate_forward(q, lc::Instrument::full);
+  REQUIRE(full.residual.defined());
+  CHECK(full.residual.sizes() == q.sizes());
+  CHECK(full.lse.sizes() == torch::IntArrayRef({2, 3, 40}));
+  lpdiag::FixConfig fix = lpdiag::parse_fix("safe");
+  auto* counters = reinterpret_cast<lc::DeviceHeadCounters*>(0x1000);
+  const lc::FlashForwardArgs f = forward_args(q, k, k, full, true, fix, lc::Instrument::full, counters, nullptr);
+  CHECK((f.shape.B == 2 && f.shape.H == 3 && f.shape.N == 40 && f.shape.d == 64 && f.shape.causal));
+  CHECK((f.q.ptr == q.data_ptr() && f.q.sb == 40 * 3 * 64 && f.q.sh == 64 && f.q.sn == 3 * 64));
+  CHECK((f.k.sb == 3 * 40 * 64 && f.k.sh == 40 * 64 && f.k.sn == 64));
+  CHECK((f.o == full.o.data_ptr() && f.lse == full.lse.data_ptr<float>() && f.o_residual == full.residual.data_ptr<float>()));
+  CHECK((f.counters == counters && f.fix.kind == lpdiag::FixConfig::Kind::safe && f.instrument == lc::Instrument::full));
+  CHECK(forward_args(q, k, k, counted, false, fix, lc::Instrument::counters, counters, nullptr).o_residual == nullptr);
+  const FlashBackwardTensors g = allocate_backward(q);
+  CHECK((g.dq.scalar_type() == torch::kBFloat16 && g.dq_accum.scalar_type() == torch::kFloat32 && g.delta.dim() == 3));
+  const lc::FlashBackwardArgs b = backward_args(q, k, k, k, full, g, false, lc::Instrument::off, nullptr, nullptr);
+  CHECK((b.o.ptr == full.o.data_ptr() && b.o.sn == 64 && b.dout.ptr == k.data_ptr()));
+  CHECK((b.lse == full.lse.data_ptr<float>() && b.o_residual == full.residual.data_ptr<float>()));
+  CHECK((b.dq == g.dq.data_ptr() && b.dq_accum == g.dq_accum.data_ptr<float>() && b.delta == g.delta.data_ptr<float>()));
+  CHECK((!b.shape.causal && b.instrument == lc::Instrument::off));
 }

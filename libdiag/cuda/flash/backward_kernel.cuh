@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "error_sums.cuh"
 #include "forward_kernel.cuh"
 #include "mma.cuh"
 #include "params.cuh"
@@ -105,14 +106,14 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       std::uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, smem_addr(ks + swz<D>(warp * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
-      ldmatrix_x4(va, smem_addr(vs + swz<D>(warp * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+      ldmatrix_x4(ka, smem_addr(ks + a_frag<D>(warp * 16, kc, lane)));
+      ldmatrix_x4(va, smem_addr(vs + a_frag<D>(warp * 16, kc, lane)));
 #pragma unroll
       for (int np = 0; np < ST / 2; ++np) {
         std::uint32_t bq[4], bd[4];
-        const int r = (2 * np + lane / 16) * 8 + lane % 8, c = kc * 16 + ((lane / 8) & 1) * 8;
-        ldmatrix_x4(bq, smem_addr(qt + swz<D>(r, c)));
-        ldmatrix_x4(bd, smem_addr(dot + swz<D>(r, c)));
+        const int at = b_frag_nk<D>(2 * np, kc, lane);
+        ldmatrix_x4(bq, smem_addr(qt + at));
+        ldmatrix_x4(bd, smem_addr(dot + at));
         mma_bf16(s[2 * np], ka, bq[0], bq[1]);
         mma_bf16(s[2 * np + 1], ka, bq[2], bq[3]);
         mma_bf16(dp[2 * np], va, bd[0], bd[1]);
@@ -135,18 +136,15 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
     // dV += bf16(P)^T dO, dK += bf16(dS)^T Q; the A fragments come straight from S^T's registers.
 #pragma unroll
     for (int kc = 0; kc < Br / 16; ++kc) {
-      const std::uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                   pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                   pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const std::uint32_t da[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
-                                   pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                                   pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+      std::uint32_t pa[4], da[4];
+      c_to_a(pa, s, kc);
+      c_to_a(da, dp, kc);
 #pragma unroll
       for (int np = 0; np < OT / 2; ++np) {
         std::uint32_t bd[4], bq[4];
-        const int r = kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, c = (2 * np + lane / 16) * 8;
-        ldmatrix_x4_trans(bd, smem_addr(dot + swz<D>(r, c)));
-        ldmatrix_x4_trans(bq, smem_addr(qt + swz<D>(r, c)));
+        const int at = b_frag_kn<D>(kc, 2 * np, lane);
+        ldmatrix_x4_trans(bd, smem_addr(dot + at));
+        ldmatrix_x4_trans(bq, smem_addr(qt + at));
         mma_bf16(dv[2 * np], pa, bd[0], bd[1]);
         mma_bf16(dv[2 * np + 1], pa, bd[2], bd[3]);
         mma_bf16(dk[2 * np], da, bq[0], bq[1]);
@@ -174,12 +172,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
 #pragma unroll
       for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
         std::uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(dss + swz<kBlockKeys>(rg * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+        ldmatrix_x4(a, smem_addr(dss + a_frag<kBlockKeys>(rg * 16, kc, lane)));
 #pragma unroll
         for (int np = 0; np < QT / 2; ++np) {
           std::uint32_t bk[4];
-          const int r = kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, c = (cg * QT + 2 * np + lane / 16) * 8;
-          ldmatrix_x4_trans(bk, smem_addr(ks + swz<D>(r, c)));
+          ldmatrix_x4_trans(bk, smem_addr(ks + b_frag_kn<D>(kc, cg * QT + 2 * np, lane)));
           mma_bf16(dq[2 * np], a, bk[0], bk[1]);
           mma_bf16(dq[2 * np + 1], a, bk[2], bk[3]);
         }
@@ -214,16 +211,13 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
 // full: also delta_lp - delta_hp with O_hp = O_lp - residual, in fp64, into the counters.
 template <int D, bool Full>
 __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
-  __shared__ double err_s[2];
-  __shared__ unsigned long long err_n_s[3];
-  if (Full && threadIdx.x < 2) err_s[threadIdx.x] = 0.0;
-  if (Full && threadIdx.x < 3) err_n_s[threadIdx.x] = 0;
+  __shared__ BlockErrorSums err_s;
+  if (Full && threadIdx.x == 0) err_s.clear();
   if (Full) __syncthreads();
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const std::int64_t head_off = static_cast<std::int64_t>(bh) * p.N;
-  double err = 0.0;
-  bool have = false;
+  ErrorSums err;
   if (i < p.N) {
     const __nv_bfloat16* o = p.o.head(b, h) + i * p.o.sn;
     const __nv_bfloat16* g = p.dout.head(b, h) + i * p.dout.sn;
@@ -244,33 +238,15 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
       }
     }
     p.delta[head_off + i] = acc;
-    if constexpr (Full) err = static_cast<double>(acc) - hp, have = true;
+    if constexpr (Full) err.add(static_cast<double>(acc) - hp);
   }
   if constexpr (Full) {
-    double esum = have ? err : 0.0, esq = have ? err * err : 0.0;
-    unsigned int n = have, pos = have && err > 0.0, neg = have && err < 0.0;
-    for (int off = 16; off > 0; off /= 2) {
-      esum += __shfl_xor_sync(0xffffffffu, esum, off);
-      esq += __shfl_xor_sync(0xffffffffu, esq, off);
-      n += __shfl_xor_sync(0xffffffffu, n, off);
-      pos += __shfl_xor_sync(0xffffffffu, pos, off);
-      neg += __shfl_xor_sync(0xffffffffu, neg, off);
-    }
-    if (threadIdx.x % 32 == 0) {
-      atomicAdd(&err_s[0], esum);
-      atomicAdd(&err_s[1], esq);
-      atomicAdd(&err_n_s[0], static_cast<unsigned long long>(n));
-      atomicAdd(&err_n_s[1], static_cast<unsigned long long>(pos));
-      atomicAdd(&err_n_s[2], static_cast<unsigned long long>(neg));
-    }
+    err.warp_sum();
+    if (threadIdx.x % 32 == 0) err_s.add(err);
     __syncthreads();
     if (threadIdx.x == 0) {
       DeviceHeadCounters* c = p.counters + h;
-      atomicAdd(&c->delta_err_sum, err_s[0]);
-      atomicAdd(&c->delta_err_sumsq, err_s[1]);
-      atomicAdd(&c->delta_err_count, err_n_s[0]);
-      atomicAdd(&c->delta_err_pos, err_n_s[1]);
-      atomicAdd(&c->delta_err_neg, err_n_s[2]);
+      err_s.flush(&c->delta_err_sum, &c->delta_err_sumsq, &c->delta_err_count, &c->delta_err_pos, &c->delta_err_neg);
     }
   }
 }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "error_sums.cuh"
 #include "mma.cuh"
 #include "params.cuh"
 
@@ -60,8 +61,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   __nv_bfloat16* ks = qs + kFwdRows * D;
   __nv_bfloat16* vs = ks + 2 * kStage;
   __shared__ unsigned long long cnt_s[6];
-  __shared__ double err_s[2];
-  __shared__ unsigned long long err_n_s[3];
+  __shared__ BlockErrorSums err_s;
   __shared__ unsigned int lmax_s;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   const __nv_bfloat16* vg = p.v.head(b, h);
 
   if (Level > 0 && threadIdx.x < 6) cnt_s[threadIdx.x] = 0;
-  if (Level > 1 && threadIdx.x < 2) err_s[threadIdx.x] = 0.0, err_n_s[threadIdx.x] = 0;
-  if (Level > 1 && threadIdx.x == 2) err_n_s[2] = 0;
+  if (Level > 1 && threadIdx.x == 0) err_s.clear();
   if (Level > 0 && threadIdx.x == 0) lmax_s = 0;
 
   const int key_end = Causal ? min(N, m0 + kFwdRows) : N;
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
     if (t == 0) {
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc)
-        ldmatrix_x4(qf[kc], smem_addr(qs + swz<D>(warp * 16 + lane % 16, kc * 16 + (lane / 16) * 8)));
+        ldmatrix_x4(qf[kc], smem_addr(qs + a_frag<D>(warp * 16, kc, lane)));
     }
     // A warp skips tiles entirely above its rows (causal) and does nothing past the end.
     if (warp_live && (!Causal || j0 <= wrow0)) {
@@ -140,7 +139,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           std::uint32_t bfr[4];
-          ldmatrix_x4(bfr, smem_addr(kt + swz<D>((2 * np + lane / 16) * 8 + lane % 8, kc * 16 + ((lane / 8) & 1) * 8)));
+          ldmatrix_x4(bfr, smem_addr(kt + b_frag_nk<D>(2 * np, kc, lane)));
           mma_bf16(s[2 * np], qf[kc], bfr[0], bfr[1]);
           mma_bf16(s[2 * np + 1], qf[kc], bfr[2], bfr[3]);
         }
@@ -221,23 +220,13 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
         }
 #pragma unroll
       for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
-        const std::uint32_t a[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                    pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                    pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-        std::uint32_t lo[4];
-        if constexpr (Level > 1) {
-          // hp: P-bar = hi + lo exactly to ~2^-17; both terms go through the MMA.
-          lo[0] = pack_bf16(s[2 * kc][0] - bf16_round(s[2 * kc][0]), s[2 * kc][1] - bf16_round(s[2 * kc][1]));
-          lo[1] = pack_bf16(s[2 * kc][2] - bf16_round(s[2 * kc][2]), s[2 * kc][3] - bf16_round(s[2 * kc][3]));
-          lo[2] = pack_bf16(s[2 * kc + 1][0] - bf16_round(s[2 * kc + 1][0]),
-                            s[2 * kc + 1][1] - bf16_round(s[2 * kc + 1][1]));
-          lo[3] = pack_bf16(s[2 * kc + 1][2] - bf16_round(s[2 * kc + 1][2]),
-                            s[2 * kc + 1][3] - bf16_round(s[2 * kc + 1][3]));
-        }
+        std::uint32_t a[4], lo[4];
+        c_to_a(a, s, kc);
+        if constexpr (Level > 1) c_to_a_residual(lo, s, kc);  // hp: P-bar = hi + lo to ~2^-17; both go through the MMA
 #pragma unroll
         for (int np = 0; np < OT / 2; ++np) {
           std::uint32_t bfr[4];
-          ldmatrix_x4_trans(bfr, smem_addr(vt + swz<D>(kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, (2 * np + lane / 16) * 8)));
+          ldmatrix_x4_trans(bfr, smem_addr(vt + b_frag_kn<D>(kc, 2 * np, lane)));
           mma_bf16(acc[2 * np], a, bfr[0], bfr[1]);
           mma_bf16(acc[2 * np + 1], a, bfr[2], bfr[3]);
           if constexpr (Level > 1) {
@@ -259,8 +248,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
     l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
   }
   const std::int64_t head_off = static_cast<std::int64_t>(bh) * N;
-  double esum = 0.0, esq = 0.0;
-  unsigned int epos = 0, eneg = 0, ecount = 0;
+  ErrorSums err;
   if (warp_live) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -277,11 +265,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           const float e0 = __fsub_rn(__low2float(ob), __fdiv_rn(acc_hp[t2][2 * r], l[r]));
           const float e1 = __fsub_rn(__high2float(ob), __fdiv_rn(acc_hp[t2][2 * r + 1], l[r]));
           *reinterpret_cast<float2*>(p.residual + (head_off + row[r]) * D + c) = make_float2(e0, e1);
-          esum += static_cast<double>(e0) + static_cast<double>(e1);
-          esq += static_cast<double>(e0) * e0 + static_cast<double>(e1) * e1;
-          epos += (e0 > 0.f) + (e1 > 0.f);
-          eneg += (e0 < 0.f) + (e1 < 0.f);
-          ecount += 2;
+          err.add(e0);
+          err.add(e1);
         }
       }
       if (lane % 4 == 0) p.lse[head_off + row[r]] = __fadd_rn(m[r], logf(l[r]));
@@ -313,20 +298,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
     }
   }
   if constexpr (Level > 1) {
-    for (int off = 16; off > 0; off /= 2) {
-      esum += __shfl_xor_sync(0xffffffffu, esum, off);
-      esq += __shfl_xor_sync(0xffffffffu, esq, off);
-      ecount += __shfl_xor_sync(0xffffffffu, ecount, off);
-      epos += __shfl_xor_sync(0xffffffffu, epos, off);
-      eneg += __shfl_xor_sync(0xffffffffu, eneg, off);
-    }
-    if (lane == 0) {
-      atomicAdd(&err_s[0], esum);
-      atomicAdd(&err_s[1], esq);
-      atomicAdd(&err_n_s[0], static_cast<unsigned long long>(ecount));
-      atomicAdd(&err_n_s[1], static_cast<unsigned long long>(epos));
-      atomicAdd(&err_n_s[2], static_cast<unsigned long long>(eneg));
-    }
+    err.warp_sum();
+    if (lane == 0) err_s.add(err);
   }
   if constexpr (Level > 0) {
     __syncthreads();
@@ -340,11 +313,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
       atomicAdd(&c->fix_engaged_rows, cnt_s[5]);
       atomicMax(&c->logit_max_key, lmax_s);
       if constexpr (Level > 1) {
-        atomicAdd(&c->o_err_sum, err_s[0]);
-        atomicAdd(&c->o_err_sumsq, err_s[1]);
-        atomicAdd(&c->o_err_count, err_n_s[0]);
-        atomicAdd(&c->o_err_pos, err_n_s[1]);
-        atomicAdd(&c->o_err_neg, err_n_s[2]);
+        err_s.flush(&c->o_err_sum, &c->o_err_sumsq, &c->o_err_count, &c->o_err_pos, &c->o_err_neg);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "lpdiag/cuda/cuda_check.hpp"
 #include "lpdiag/cuda/flash_attention.hpp"
 #include "lpdiag/error.hpp"
 #include "params.cuh"
@@ -36,6 +37,15 @@ inline float scale_of(const FlashShape& s) {
 
 inline void require(const void* p, const char* what) {
   if (!p) throw Error(std::string("flash attention: ") + what + " is null");
+}
+
+// Lets `kernel` use `smem` bytes of dynamic shared memory (above the default 48 KB) and asks for
+// the largest shared-memory carveout, so that as many blocks fit as the registers allow. Set on
+// every launch: function attributes belong to the current device.
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, int smem) {
+  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  LPDIAG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 }
 
 }  // namespace lpdiag::cuda::flash

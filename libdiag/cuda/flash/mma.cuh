@@ -62,4 +62,42 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+// Lane addresses (element offsets in a swizzled tile of D columns) for the three fragment loads:
+// a_frag: ldmatrix_x4 -> the A fragment of rows [row0, row0 + 16), columns [16 kc, 16 kc + 16);
+// b_frag_nk: ldmatrix_x4 -> B fragments of n-tiles nt and nt + 1 (tile rows are n, columns k);
+// b_frag_kn: ldmatrix_x4_trans -> B fragments of n-tiles nt and nt + 1 (tile rows are k, columns n).
+// In the last two, registers 0-1 belong to n-tile nt and 2-3 to n-tile nt + 1.
+template <int D>
+__device__ __forceinline__ int a_frag(int row0, int kc, int lane) {
+  return swz<D>(row0 + lane % 16, kc * 16 + (lane / 16) * 8);
+}
+template <int D>
+__device__ __forceinline__ int b_frag_nk(int nt, int kc, int lane) {
+  return swz<D>((nt + lane / 16) * 8 + lane % 8, kc * 16 + ((lane / 8) & 1) * 8);
+}
+template <int D>
+__device__ __forceinline__ int b_frag_kn(int kc, int nt, int lane) {
+  return swz<D>(kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, (nt + lane / 16) * 8);
+}
+
+// Columns [16 kc, 16 kc + 16) of C tiles (8 columns each), rounded to bf16, as an A fragment:
+// the register reuse that feeds P-bar (and dS) into the next product.
+template <int T>
+__device__ __forceinline__ void c_to_a(std::uint32_t (&a)[4], const float (&c)[T][4], int kc) {
+  a[0] = pack_bf16(c[2 * kc][0], c[2 * kc][1]);
+  a[1] = pack_bf16(c[2 * kc][2], c[2 * kc][3]);
+  a[2] = pack_bf16(c[2 * kc + 1][0], c[2 * kc + 1][1]);
+  a[3] = pack_bf16(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+
+// The same columns' rounding residuals x - bf16(x), rounded to bf16: with c_to_a, x in two terms.
+template <int T>
+__device__ __forceinline__ void c_to_a_residual(std::uint32_t (&a)[4], const float (&c)[T][4], int kc) {
+  auto r = [](float x) { return x - bf16_round(x); };
+  a[0] = pack_bf16(r(c[2 * kc][0]), r(c[2 * kc][1]));
+  a[1] = pack_bf16(r(c[2 * kc][2]), r(c[2 * kc][3]));
+  a[2] = pack_bf16(r(c[2 * kc + 1][0]), r(c[2 * kc + 1][1]));
+  a[3] = pack_bf16(r(c[2 * kc + 1][2]), r(c[2 * kc + 1][3]));
+}
+
 }  // namespace lpdiag::cuda::flash
