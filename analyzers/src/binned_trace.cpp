@@ -5,7 +5,7 @@
 #include <map>
 
 #include "lpdiag/error.hpp"
-#include "lpdiag/trace/trace_reader.hpp"
+#include "binning_steps.hpp"
 
 namespace lpdiag::analysis {
 
@@ -23,18 +23,22 @@ std::int64_t BinnedTrace::bin_step(int bin) const {
 
 namespace {
 
-constexpr std::int64_t kChunk = 8192;
+constexpr std::int64_t kChunk = 8192;       // rows per read: eight of the writer's chunks
+constexpr std::int64_t kForkRows = 1 << 18;  // fewer rows than this are binned in-process
 
 bool measured(double x) { return std::isfinite(x); }
 
+// Reads in flight, not cores: a cold trace is read as ~100 KB chunks scattered over the file,
+// and each worker waits on one at a time. On the 2-core machine, 12 workers read a cold
+// 1M-step trace in 9 s where 4 took 12.6 s and 1 took 24 s (docs/BENCHMARKS.md). Memory is
+// about 30 MB per worker.
+constexpr int kDefaultWorkers = 12;
+
 }  // namespace
 
-BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, const Progress& progress) {
-  if (paths.empty()) throw InvalidArgument("no trace given");
-  if (max_bins < 8) throw InvalidArgument("max_bins must be >= 8");
-  std::vector<TraceReader> readers;
-  for (const auto& p : paths) readers.emplace_back(p);
+namespace detail {
 
+BinnedTrace plan_bins(const std::vector<std::string>& paths, const std::vector<TraceReader>& readers, int max_bins) {
   BinnedTrace bt;
   bt.files = paths;
   bool any = false;
@@ -61,101 +65,164 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
   const std::int64_t span = any ? bt.last_step - bt.first_step + 1 : 1;
   bt.bins = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(max_bins, span)));
   bt.bin_width = static_cast<double>(span) / bt.bins;
-  const auto L = bt.layers.size();
-  const auto H = static_cast<std::size_t>(bt.heads);
   const auto K = static_cast<std::size_t>(bt.bins);
   bt.steps.assign(K, StepBin{});
   for (auto& s : bt.steps) s.first_step = INT64_MAX;
-  bt.head_bins.assign(L * H * K, HeadBin{});
-  bt.layer_bins.assign(L * K, LayerBin{});
+  bt.head_bins.assign(bt.layers.size() * static_cast<std::size_t>(bt.heads) * K, HeadBin{});
+  bt.layer_bins.assign(bt.layers.size() * K, LayerBin{});
+  return bt;
+}
 
-  std::int64_t done = 0;
-  for (const auto& r : readers) {
-    const std::int64_t n = r.records();
-    // What this file has, resolved once.
-    struct Att {
-      std::size_t slot;
-      std::int64_t layer_index, heads;
-    };
-    std::vector<Att> atts;
-    for (const auto& a : r.layout().attention) atts.push_back({bt.layer_slot(a.layer_index), a.layer_index, a.n_heads});
-    struct Q {
-      std::size_t slot;
-      std::string name;
-      std::int64_t heads;
-    };
-    std::vector<Q> qs;
-    for (const MatrixSpec* m : r.matrices("attn_q"))
-      if (m->layer_index >= 0 && heads_of.count(m->layer_index)) qs.push_back({bt.layer_slot(m->layer_index), m->name, m->n_heads});
-    const bool has_loss = r.has_series("/scalars/loss");
+void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, const std::function<void(std::int64_t)>& rows_done) {
+  const auto H = static_cast<std::size_t>(bt.heads);
+  const auto K = static_cast<std::size_t>(bt.bins);
+  // What this file has, resolved once.
+  struct Att {
+    std::size_t slot;
+    std::string group;
+    std::int64_t heads;
+  };
+  std::vector<Att> atts;
+  for (const auto& a : r.layout().attention) atts.push_back({bt.layer_slot(a.layer_index), "/attention/" + a.name + "/", a.n_heads});
+  struct Q {
+    std::size_t slot;
+    std::string name;
+    std::int64_t heads;
+  };
+  std::vector<Q> qs;
+  for (const MatrixSpec* m : r.matrices("attn_q"))
+    if (m->layer_index >= 0 && std::count(bt.layers.begin(), bt.layers.end(), m->layer_index))
+      qs.push_back({bt.layer_slot(m->layer_index), m->name, m->n_heads});
+  const bool has_loss = r.has_series("/scalars/loss");
 
-    for (std::int64_t r0 = 0; r0 < n; r0 += kChunk) {
-      const std::int64_t m = std::min(kChunk, n - r0);
-      const auto steps = r.steps(r0, m);
-      std::vector<std::size_t> bin(static_cast<std::size_t>(m));
+  // Buffers reused across blocks; counts are read as stored (int64), sums as doubles.
+  std::vector<std::int64_t> steps, rows, rep, oc, dc;
+  std::vector<double> loss, os, oss, ds, dss, sig, hs, conc, sim;
+  std::vector<std::size_t> bin;
+  for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
+    const std::int64_t m = std::min(kChunk, range.row1 - r0);
+    r.read_counts("/step", r0, m, steps);
+    bin.resize(static_cast<std::size_t>(m));
+    for (std::int64_t i = 0; i < m; ++i) {
+      const double x = double(steps[i] - bt.first_step) / bt.bin_width;
+      bin[i] = std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)));
+      StepBin& sb = bt.steps[bin[i]];
+      sb.first_step = std::min(sb.first_step, steps[i]);
+      sb.last_step = std::max(sb.last_step, steps[i]);
+    }
+    if (has_loss) {
+      r.read_series("/scalars/loss", r0, m, loss);
       for (std::int64_t i = 0; i < m; ++i) {
-        const double x = double(steps[i] - bt.first_step) / bt.bin_width;
-        bin[i] = std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)));
         StepBin& sb = bt.steps[bin[i]];
-        sb.first_step = std::min(sb.first_step, steps[i]);
-        sb.last_step = std::max(sb.last_step, steps[i]);
+        // NaN is the trace's "not measured"; an infinite loss is an explosion.
+        if (std::isfinite(loss[i])) sb.loss_sum += loss[i], sb.loss_n += 1;
+        else if (std::isinf(loss[i])) sb.loss_nonfinite += 1;
       }
-      if (has_loss) {
-        const auto loss = r.series("/scalars/loss", r0, m);
-        for (std::int64_t i = 0; i < m; ++i) {
-          StepBin& sb = bt.steps[bin[i]];
-          // NaN is the trace's "not measured"; an infinite loss is an explosion.
-          if (std::isfinite(loss[i])) sb.loss_sum += loss[i], sb.loss_n += 1;
-          else if (std::isinf(loss[i])) sb.loss_nonfinite += 1;
+    }
+    for (const Att& a : atts) {
+      // Only the eight counters the links use (of seventeen).
+      const std::string& g = a.group;
+      r.read_counts(g + "rows", r0, m, rows), r.read_counts(g + "repeated_max_rows", r0, m, rep);
+      r.read_counts(g + "o_err_count", r0, m, oc), r.read_series(g + "o_err_sum", r0, m, os);
+      r.read_series(g + "o_err_sumsq", r0, m, oss);
+      r.read_counts(g + "delta_err_count", r0, m, dc), r.read_series(g + "delta_err_sum", r0, m, ds);
+      r.read_series(g + "delta_err_sumsq", r0, m, dss);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t h = 0; h < a.heads; ++h) {
+          const auto x = static_cast<std::size_t>(i * a.heads + h);
+          HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
+          if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
+          if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
+          if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
         }
-      }
-      for (const Att& a : atts) {
-        // Only the nine counters the links use (of seventeen), read as doubles.
-        const std::string g = "/attention/" + r.attention_layer(a.layer_index)->name + "/";
-        const auto rows = r.series(g + "rows", r0, m), rep = r.series(g + "repeated_max_rows", r0, m);
-        const auto oc = r.series(g + "o_err_count", r0, m), os = r.series(g + "o_err_sum", r0, m),
-                   oss = r.series(g + "o_err_sumsq", r0, m);
-        const auto dc = r.series(g + "delta_err_count", r0, m), ds = r.series(g + "delta_err_sum", r0, m),
-                   dss = r.series(g + "delta_err_sumsq", r0, m);
-        const auto lm = r.series(g + "logit_max", r0, m);
+    }
+    for (const Q& q : qs) {
+      const std::string w = "/weights/" + q.name + "/", u = "/updates/" + q.name + "/";
+      r.read_series(w + "spectral_norm", r0, m, sig);
+      for (std::int64_t i = 0; i < m; ++i)
+        if (measured(sig[i])) bt.layer_bins[q.slot * K + bin[i]].sigma_sum += sig[i], bt.layer_bins[q.slot * K + bin[i]].sigma_n += 1;
+      if (q.heads > 0) {
+        bt.has_head_sigma = true;
+        r.read_series(w + "head_spectral_norm", r0, m, hs);
         for (std::int64_t i = 0; i < m; ++i)
-          for (std::int64_t h = 0; h < a.heads; ++h) {
-            const auto x = static_cast<std::size_t>(i * a.heads + h);
-            HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
-            if (rows[x] > 0 && rep[x] >= 0) b.rows += rows[x], b.repeated += rep[x];
-            if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += oc[x], b.o_sum += os[x], b.o_sumsq += oss[x];
-            if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += dc[x], b.d_sum += ds[x], b.d_sumsq += dss[x];
-            if (std::isfinite(lm[x])) b.logit_max = std::max(b.logit_max, lm[x]);
+          for (std::int64_t h = 0; h < std::min(q.heads, bt.heads); ++h) {
+            const double v = hs[static_cast<std::size_t>(i * q.heads + h)];
+            if (!measured(v)) continue;
+            HeadBin& b = bt.head_bins[(q.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
+            b.sigma_sum += v, b.sigma_n += 1;
           }
       }
-      for (const Q& q : qs) {
-        const std::string w = "/weights/" + q.name + "/", u = "/updates/" + q.name + "/";
-        const auto sig = r.series(w + "spectral_norm", r0, m);
-        for (std::int64_t i = 0; i < m; ++i)
-          if (measured(sig[i])) bt.layer_bins[q.slot * K + bin[i]].sigma_sum += sig[i], bt.layer_bins[q.slot * K + bin[i]].sigma_n += 1;
-        if (q.heads > 0) {
-          bt.has_head_sigma = true;
-          const auto hs = r.series(w + "head_spectral_norm", r0, m);
-          for (std::int64_t i = 0; i < m; ++i)
-            for (std::int64_t h = 0; h < std::min(q.heads, bt.heads); ++h) {
-              const double v = hs[static_cast<std::size_t>(i * q.heads + h)];
-              if (!measured(v)) continue;
-              HeadBin& b = bt.head_bins[(q.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
-              b.sigma_sum += v, b.sigma_n += 1;
-            }
-        }
-        const auto conc = r.series(u + "concentration", r0, m);
-        const auto sim = r.series(u + "similarity_prev", r0, m);
-        for (std::int64_t i = 0; i < m; ++i) {
-          LayerBin& lb = bt.layer_bins[q.slot * K + bin[i]];
-          if (measured(conc[i])) lb.conc_sum += conc[i], lb.conc_n += 1, bt.has_updates = true;
-          if (measured(sim[i])) lb.sim_sum += sim[i], lb.sim_n += 1;
-        }
+      r.read_series(u + "concentration", r0, m, conc);
+      r.read_series(u + "similarity_prev", r0, m, sim);
+      for (std::int64_t i = 0; i < m; ++i) {
+        LayerBin& lb = bt.layer_bins[q.slot * K + bin[i]];
+        if (measured(conc[i])) lb.conc_sum += conc[i], lb.conc_n += 1, bt.has_updates = true;
+        if (measured(sim[i])) lb.sim_sum += sim[i], lb.sim_n += 1;
       }
-      done += m;
-      if (progress && bt.records > 0) progress(double(done) / double(bt.records));
     }
+    if (rows_done) rows_done(m);
   }
+}
+
+void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
+  if (into.steps.size() != part.steps.size() || into.head_bins.size() != part.head_bins.size() ||
+      into.layer_bins.size() != part.layer_bins.size())
+    throw InvalidArgument("merge_bins: partial result of another plan");
+  for (std::size_t k = 0; k < into.steps.size(); ++k) {
+    StepBin& a = into.steps[k];
+    const StepBin& b = part.steps[k];
+    a.first_step = std::min(a.first_step, b.first_step);
+    a.last_step = std::max(a.last_step, b.last_step);
+    a.loss_sum += b.loss_sum, a.loss_n += b.loss_n, a.loss_nonfinite += b.loss_nonfinite;
+  }
+  for (std::size_t k = 0; k < into.head_bins.size(); ++k) {
+    HeadBin& a = into.head_bins[k];
+    const HeadBin& b = part.head_bins[k];
+    a.rows += b.rows, a.repeated += b.repeated;
+    a.o_count += b.o_count, a.o_sum += b.o_sum, a.o_sumsq += b.o_sumsq;
+    a.d_count += b.d_count, a.d_sum += b.d_sum, a.d_sumsq += b.d_sumsq;
+    a.sigma_sum += b.sigma_sum, a.sigma_n += b.sigma_n;
+  }
+  for (std::size_t k = 0; k < into.layer_bins.size(); ++k) {
+    LayerBin& a = into.layer_bins[k];
+    const LayerBin& b = part.layer_bins[k];
+    a.conc_sum += b.conc_sum, a.conc_n += b.conc_n;
+    a.sim_sum += b.sim_sum, a.sim_n += b.sim_n;
+    a.sigma_sum += b.sigma_sum, a.sigma_n += b.sigma_n;
+  }
+  into.has_head_sigma = into.has_head_sigma || part.has_head_sigma;
+  into.has_updates = into.has_updates || part.has_updates;
+}
+
+}  // namespace detail
+
+BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, const Progress& progress, int workers) {
+  if (paths.empty()) throw InvalidArgument("no trace given");
+  if (max_bins < 8) throw InvalidArgument("max_bins must be >= 8");
+  if (workers < 0) throw InvalidArgument("workers must be >= 0 (0: choose)");
+  std::vector<TraceReader> readers;
+  for (const auto& p : paths) readers.emplace_back(p);
+  BinnedTrace bt = detail::plan_bins(paths, readers, max_bins);
+
+  // Contiguous shares of kChunk-aligned row ranges, so no two workers read the same chunk.
+  std::vector<detail::RowRange> ranges;
+  for (std::size_t f = 0; f < readers.size(); ++f)
+    for (std::int64_t r0 = 0, n = readers[f].records(); r0 < n; r0 += kChunk) ranges.push_back({f, r0, std::min(n, r0 + kChunk)});
+  if (workers == 0) workers = bt.records >= kForkRows ? kDefaultWorkers : 1;
+  workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers), ranges.size()));
+  if (workers > 1) {
+    readers.clear();  // workers open the files themselves; none may be open across fork()
+    if (detail::bin_in_workers(ranges, workers, bt, progress)) return bt;
+    for (const auto& p : paths) readers.emplace_back(p);
+  }
+
+  std::int64_t done = 0;
+  for (const auto& r : readers) r.hint_sparse_reads();
+  for (std::size_t f = 0; f < readers.size(); ++f)
+    detail::bin_rows(readers[f], {f, 0, readers[f].records()}, bt, [&](std::int64_t n) {
+      done += n;
+      if (progress && bt.records > 0) progress(double(done) / double(bt.records));
+    });
   return bt;
 }
 

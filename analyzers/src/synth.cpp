@@ -95,6 +95,7 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
     TraceWriterOptions wo;
     wo.flush_every = opt.flush_every;
     wo.chunk_rows = 1024;
+    wo.compression = opt.compression;
     truth.files.push_back(rank_path(path, r, opt.ranks));
     writers.push_back(std::make_unique<TraceWriter>(truth.files.back(), layout, hdr, wo));
   }
@@ -143,7 +144,7 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
           c.delta_err_sumsq = rows * (sd_d * sd_d + mu * mu);
           c.delta_err_pos = c.delta_err_neg = c.delta_err_count / 2;
           c.o_err_count = static_cast<std::int64_t>(rows) * 64;
-          c.o_err_sum = 0.25 * mu * c.o_err_count + std::sqrt(double(c.o_err_count)) * sd_d * G(rng);
+          c.o_err_sum = 0.25 * mu * double(c.o_err_count) + std::sqrt(double(c.o_err_count)) * sd_d * G(rng);
           c.o_err_sumsq = double(c.o_err_count) * sd_d * sd_d;
           c.logit_max = static_cast<float>(4.0 + 2.0 * std::exp(2 * log_sigma[i]) + 0.1 * G(rng));
           if (!gap) rec_.attention[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)] = c;

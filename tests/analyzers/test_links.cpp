@@ -1,11 +1,15 @@
 // Link analyzers and the chain on specific synthetic cases, including bad and degenerate input.
+#include <hdf5.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "catch_compat.hpp"
 #include "temp_dir.hpp"
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/analyzers/synth.hpp"
 #include "lpdiag/error.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
 
 using namespace lpdiag::analysis;
 
@@ -59,4 +63,95 @@ TEST_CASE("two rank files of one run are analyzed together", "[analyzers]") {
 TEST_CASE("analyzers refuse unusable input with InputError", "[analyzers]") {
   CHECK_THROWS_AS(bin_traces({tmp("missing.h5")}), lpdiag::InputError);
   CHECK_THROWS_AS(bin_traces({}), lpdiag::InvalidArgument);
+}
+
+TEST_CASE("binning in worker processes equals binning in-process", "[analyzers]") {
+  // Three rank files with gaps and irregular strides, long enough for several 8192-row ranges
+  // per worker. Counts are integers and add exactly; sums of reals are added in another order
+  // (per worker, then across workers), so they agree to 1e-12 relative, far below any z used.
+  SynthOptions o;
+  o.seed = 2024;
+  o.ranks = 3;
+  o.records = 30000;
+  o.layers = 2, o.heads = 3;
+  o.gap_fraction = 0.05;
+  const SynthTruth t = write_synth_trace(tmp("workers.h5"), o);
+  const BinnedTrace one = bin_traces(t.files, 256, {}, 1);
+  double last = -1;
+  bool monotone = true;
+  const BinnedTrace many = bin_traces(t.files, 256, [&](double f) { monotone = monotone && f >= last, last = f; }, 5);
+  CHECK(monotone);
+  CHECK(last == 1.0);
+  REQUIRE(many.records == one.records);
+  REQUIRE(many.head_bins.size() == one.head_bins.size());
+  const auto near = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(a)); };
+  for (std::size_t k = 0; k < one.steps.size(); ++k) {
+    CHECK(many.steps[k].first_step == one.steps[k].first_step);
+    CHECK(many.steps[k].last_step == one.steps[k].last_step);
+    CHECK(many.steps[k].loss_n == one.steps[k].loss_n);
+    CHECK(near(many.steps[k].loss_sum, one.steps[k].loss_sum));
+  }
+  std::size_t mismatches = 0;
+  for (std::size_t k = 0; k < one.head_bins.size(); ++k) {
+    const HeadBin &a = one.head_bins[k], &b = many.head_bins[k];
+    mismatches += !(a.rows == b.rows && a.repeated == b.repeated && a.o_count == b.o_count && a.d_count == b.d_count &&
+                    near(a.o_sum, b.o_sum) && near(a.o_sumsq, b.o_sumsq) && near(a.d_sum, b.d_sum) &&
+                    near(a.d_sumsq, b.d_sumsq) && a.sigma_n == b.sigma_n && near(a.sigma_sum, b.sigma_sum));
+  }
+  CHECK(mismatches == 0);
+  for (std::size_t k = 0; k < one.layer_bins.size(); ++k) {
+    CHECK(many.layer_bins[k].conc_n == one.layer_bins[k].conc_n);
+    CHECK(near(many.layer_bins[k].sim_sum, one.layer_bins[k].sim_sum));
+    CHECK(near(many.layer_bins[k].sigma_sum, one.layer_bins[k].sigma_sum));
+  }
+  CHECK(many.has_head_sigma == one.has_head_sigma);
+  CHECK(many.has_updates == one.has_updates);
+  const ChainResult a = reconstruct_chain(one), b = reconstruct_chain(many);
+  CHECK(a.found == b.found);
+  CHECK(a.layer_index == b.layer_index);
+  CHECK(a.head == b.head);
+  for (int k = 0; k < 5; ++k) CHECK(a.links[k].onset_step == b.links[k].onset_step);
+}
+
+TEST_CASE("a worker's read error reaches the caller as InputError", "[analyzers]") {
+  // A file that opens and validates but whose data cannot be read: one compressed chunk of the
+  // second rank file is overwritten, so inflating it fails in the worker that reads it.
+  SynthOptions o;
+  o.seed = 5;
+  o.ranks = 2;
+  o.records = 20000;
+  o.layers = 1, o.heads = 2;
+  o.compression = 4;
+  const SynthTruth t = write_synth_trace(tmp("broken.h5"), o);
+  const std::string rows = "/attention/" + lpdiag::TraceReader(t.files[1]).layout().attention.at(0).name + "/rows";
+  haddr_t addr = HADDR_UNDEF;
+  hsize_t bytes = 0;
+  {
+    const hid_t f = H5Fopen(t.files[1].c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hid_t d = H5Dopen2(f, rows.c_str(), H5P_DEFAULT);
+    const hsize_t at[2] = {10240, 0};
+    unsigned filter_mask = 0;
+    REQUIRE(H5Dget_chunk_info_by_coord(d, at, &filter_mask, &addr, &bytes) >= 0);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  REQUIRE(bytes > 16);
+  {
+    std::fstream file(t.files[1], std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(addr));
+    const std::string garbage(static_cast<std::size_t>(bytes), '\x5a');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  REQUIRE_NOTHROW(lpdiag::TraceReader(t.files[1]));  // the damage is in the data, not the header
+  for (int workers : {1, 4}) {
+    try {
+      bin_traces(t.files, 256, {}, workers);
+      FAIL("no error from a damaged chunk with " << workers << " workers");
+    } catch (const lpdiag::InputError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(t.files[1]) != std::string::npos);
+      CHECK(std::string(e.what()).find("rows") != std::string::npos);
+    }
+  }
 }

@@ -18,6 +18,7 @@ struct AnalyzeArgs {
   bool json = false;
   int bins = 512;
   double bias_z = 4.0;
+  int workers = 0;
 };
 
 void print_chain(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
@@ -42,7 +43,7 @@ void print_chain(const analysis::BinnedTrace& t, const analysis::ChainResult& c)
 int run_analyze(const AnalyzeArgs& a) {
   for (const auto& p : a.paths) preflight_trace(p);
   ProgressBar bar("reading");
-  const analysis::BinnedTrace t = analysis::bin_traces(a.paths, a.bins, [&](double f) { bar(f); });
+  const analysis::BinnedTrace t = analysis::bin_traces(a.paths, a.bins, [&](double f) { bar(f); }, a.workers);
   const analysis::ChainResult c = analysis::reconstruct_chain(t, a.bias_z);
   if (a.json) std::cout << chain_to_json(t, c).dump(2) << "\n";
   else print_chain(t, c);
@@ -58,6 +59,10 @@ Registration register_analyze(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print one JSON object on stdout");
   sub->add_option("--bins", args->bins, "Time resolution: number of bins the run is reduced to")->capture_default_str()->check(CLI::Range(8, 100000));
   sub->add_option("--bias-z", args->bias_z, "|z| a delta-error mean must reach to count as biased rounding")->capture_default_str();
+  sub->add_option("--workers", args->workers,
+                  "Processes reading the trace in parallel (0: one below 2^18 records, else 12)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   return {sub, [args] { return run_analyze(*args); }};
 }
 

@@ -1,5 +1,7 @@
 #include "lpdiag/trace/trace_reader.hpp"
 
+#include <fcntl.h>
+
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -57,8 +59,11 @@ struct TraceReader::Impl {
   }
   void open();
   void read_layout();
+  // Datasets are opened per read and closed after it, so a chunk cache would never be hit
+  // again; without one HDF5 reads whole chunks straight into the caller's buffer.
+  h5::Handle no_chunk_cache;
   h5::Handle open_dataset(const std::string& p) const {
-    h5::Handle d = h5::dataset_handle(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), h5::Failure::input, path,
+    h5::Handle d = h5::dataset_handle(H5Dopen2(file.get(), p.c_str(), no_chunk_cache.get()), h5::Failure::input, path,
                                       "cannot open dataset " + p);
     if (swmr) H5Drefresh(d.get());
     return d;
@@ -71,6 +76,8 @@ struct TraceReader::Impl {
 
 void TraceReader::Impl::open() {
   h5::silence_errors();
+  no_chunk_cache = h5::plist_handle(H5Pcreate(H5P_DATASET_ACCESS), h5::Failure::input, path, "dataset access properties");
+  H5Pset_chunk_cache(no_chunk_cache.get(), H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) bad("no such file");
   if (std::filesystem::is_directory(path, ec)) bad("is a directory, not a trace file");
@@ -240,6 +247,17 @@ const std::string& TraceReader::path() const { return impl_->path; }
 const TraceMeta& TraceReader::meta() const { return impl_->meta; }
 const TraceLayout& TraceReader::layout() const { return impl_->layout; }
 bool TraceReader::live() const { return impl_->swmr; }
+
+bool TraceReader::hint_sparse_reads() const {
+  // The sec2 driver (HDF5's default) hands out its file descriptor; other drivers do not.
+  if (H5Pget_driver(h5::Handle(H5Fget_access_plist(impl_->file.get()), H5Pclose).get()) != H5FD_SEC2) return false;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(impl_->file.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  return posix_fadvise(*static_cast<int*>(handle), 0, 0, POSIX_FADV_RANDOM) == 0;
+}
 std::int64_t TraceReader::records() const { return impl_->records; }
 
 std::int64_t TraceReader::refresh() {
@@ -254,10 +272,25 @@ std::vector<std::int64_t> TraceReader::steps(std::int64_t row0, std::int64_t n) 
 }
 
 std::vector<double> TraceReader::series(const std::string& p, std::int64_t row0, std::int64_t n) const {
-  const std::int64_t w = width(p);
-  std::vector<double> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0) * w));
-  impl_->read_rows(p, row0, n, H5T_NATIVE_DOUBLE, out.data());
+  std::vector<double> out;
+  read_series(p, row0, n, out);
   return out;
+}
+
+void TraceReader::read_series(const std::string& p, std::int64_t row0, std::int64_t n, std::vector<double>& out) const {
+  out.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 0) * width(p)));
+  impl_->read_rows(p, row0, n, H5T_NATIVE_DOUBLE, out.data());
+}
+
+void TraceReader::read_counts(const std::string& p, std::int64_t row0, std::int64_t n, std::vector<std::int64_t>& out) const {
+  const std::int64_t w = width(p);
+  {
+    h5::Handle d = impl_->open_dataset(p);
+    h5::Handle t(H5Dget_type(d.get()), H5Tclose);
+    if (H5Tget_class(t.get()) != H5T_INTEGER) throw InvalidArgument(impl_->path + ": " + p + " is not an integer series");
+  }
+  out.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 0) * w));
+  impl_->read_rows(p, row0, n, H5T_NATIVE_INT64, out.data());
 }
 
 std::int64_t TraceReader::width(const std::string& p) const {

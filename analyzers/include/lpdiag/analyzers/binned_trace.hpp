@@ -15,7 +15,6 @@ struct HeadBin {
   double rows = 0, repeated = 0;
   double o_count = 0, o_sum = 0, o_sumsq = 0;
   double d_count = 0, d_sum = 0, d_sumsq = 0;
-  double logit_max = -1e300;
   double sigma_sum = 0, sigma_n = 0;  // head slice of W_Q: sigma_1
 };
 
@@ -54,6 +53,10 @@ struct BinnedTrace {
 using Progress = std::function<void(double fraction)>;
 
 // Throws InputError for unusable files or rank files that do not describe the same model.
-BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins = 512, const Progress& progress = {});
+// `workers`: processes that read in parallel (1: this process only; 0: this process below 2^18
+// records, else 12, for reads in flight on a cold disk). Sums are added per worker and then across workers, so
+// results with different worker counts agree to rounding, not bit for bit.
+BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins = 512, const Progress& progress = {},
+                       int workers = 0);
 
 }  // namespace lpdiag::analysis

@@ -22,6 +22,7 @@ struct SynthOptions {
   double gap_fraction = 0.02;  // records whose attention and weight signals are unmeasured
   int ranks = 1;               // > 1 writes NAME.rank<k>.h5 files of one run
   int flush_every = 256;       // records per flush
+  int compression = 0;         // deflate level of the datasets, 0 = none
   int record_delay_us = 0;     // sleep after each record: a slow "live" run for watch demos and tests
 };
 

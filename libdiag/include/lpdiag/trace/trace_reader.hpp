@@ -39,6 +39,10 @@ class TraceReader {
   const TraceMeta& meta() const;
   const TraceLayout& layout() const;
   bool live() const;  // opened in SWMR read mode
+  // Tells the kernel that reads will skip around the file (no read-ahead). A reader that uses a
+  // few of many datasets then reads only their chunks instead of the neighbours' too. A hint:
+  // returns false where it could not be given, and nothing else changes.
+  bool hint_sparse_reads() const;
 
   std::int64_t records() const;
   // Re-reads the committed length of a live trace; returns the new record count.
@@ -48,6 +52,10 @@ class TraceReader {
   // Any numeric series by path ("/scalars/loss", "/weights/blk2.q/head_spectral_norm"), rows
   // [row0, row0 + n), row-major with `width()` values per row; integers convert to double.
   std::vector<double> series(const std::string& path, std::int64_t row0, std::int64_t n) const;
+  // The same rows into `out`, whose storage is reused: a loop over blocks allocates once.
+  void read_series(const std::string& path, std::int64_t row0, std::int64_t n, std::vector<double>& out) const;
+  // An integer series (a counter) as stored, without conversion; InvalidArgument for other types.
+  void read_counts(const std::string& path, std::int64_t row0, std::int64_t n, std::vector<std::int64_t>& out) const;
   std::int64_t width(const std::string& path) const;
   bool has_series(const std::string& path) const;
 
