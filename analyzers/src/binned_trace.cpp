@@ -29,10 +29,10 @@ constexpr std::int64_t kForkRows = 1 << 18;  // fewer rows than this are binned 
 bool measured(double x) { return std::isfinite(x); }
 
 // Reads in flight, not cores: a cold trace is read as ~100 KB chunks scattered over the file,
-// and each worker waits on one at a time. On the 2-core machine, 12 workers read a cold
-// 1M-step trace in 9 s where 4 took 12.6 s and 1 took 24 s (docs/BENCHMARKS.md). Memory is
-// about 30 MB per worker.
-constexpr int kDefaultWorkers = 12;
+// and each worker waits on one at a time. On the 2-core machine, 16 workers analyze a cold
+// 1M-step trace in under 9 s where 4 took 12.6 s and 1 took 17-19 s (docs/BENCHMARKS.md).
+// Memory is about 20 MB per worker (PSS).
+constexpr int kDefaultWorkers = 16;
 
 }  // namespace
 
@@ -99,6 +99,9 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   std::vector<std::int64_t> steps, rows, rep, oc, dc;
   std::vector<double> loss, os, oss, ds, dss, sig, hs, conc, sim;
   std::vector<std::size_t> bin;
+  std::int64_t max_heads = 0;
+  for (const Att& a : atts) max_heads = std::max(max_heads, a.heads);
+  std::vector<HeadBin> acc(static_cast<std::size_t>(max_heads));
   for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
     const std::int64_t m = std::min(kChunk, range.row1 - r0);
     r.read_counts("/step", r0, m, steps);
@@ -127,14 +130,27 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       r.read_series(g + "o_err_sumsq", r0, m, oss);
       r.read_counts(g + "delta_err_count", r0, m, dc), r.read_series(g + "delta_err_sum", r0, m, ds);
       r.read_series(g + "delta_err_sumsq", r0, m, dss);
-      for (std::int64_t i = 0; i < m; ++i)
+      // Rows of one bin are consecutive: sum them per head in `acc` (contiguous, where the
+      // bins of one time step are a bin-count apart) and add each run's sums once.
+      for (std::int64_t i = 0; i < m;) {
+        const std::size_t k = bin[static_cast<std::size_t>(i)];
+        std::fill(acc.begin(), acc.end(), HeadBin{});
+        for (; i < m && bin[static_cast<std::size_t>(i)] == k; ++i)
+          for (std::int64_t h = 0; h < a.heads; ++h) {
+            const auto x = static_cast<std::size_t>(i * a.heads + h);
+            HeadBin& b = acc[static_cast<std::size_t>(h)];
+            if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
+            if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
+            if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
+          }
         for (std::int64_t h = 0; h < a.heads; ++h) {
-          const auto x = static_cast<std::size_t>(i * a.heads + h);
-          HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
-          if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
-          if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
-          if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
+          HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + k];
+          const HeadBin& s = acc[static_cast<std::size_t>(h)];
+          b.rows += s.rows, b.repeated += s.repeated;
+          b.o_count += s.o_count, b.o_sum += s.o_sum, b.o_sumsq += s.o_sumsq;
+          b.d_count += s.d_count, b.d_sum += s.d_sum, b.d_sumsq += s.d_sumsq;
         }
+      }
     }
     for (const Q& q : qs) {
       const std::string w = "/weights/" + q.name + "/", u = "/updates/" + q.name + "/";
@@ -210,14 +226,10 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
     for (std::int64_t r0 = 0, n = readers[f].records(); r0 < n; r0 += kChunk) ranges.push_back({f, r0, std::min(n, r0 + kChunk)});
   if (workers == 0) workers = bt.records >= kForkRows ? kDefaultWorkers : 1;
   workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers), ranges.size()));
-  if (workers > 1) {
-    readers.clear();  // workers open the files themselves; none may be open across fork()
-    if (detail::bin_in_workers(ranges, workers, bt, progress)) return bt;
-    for (const auto& p : paths) readers.emplace_back(p);
-  }
+  for (const auto& r : readers) r.hint_sparse_reads();
+  if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) return bt;
 
   std::int64_t done = 0;
-  for (const auto& r : readers) r.hint_sparse_reads();
   for (std::size_t f = 0; f < readers.size(); ++f)
     detail::bin_rows(readers[f], {f, 0, readers[f].records()}, bt, [&](std::int64_t n) {
       done += n;

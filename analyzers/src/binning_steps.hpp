@@ -28,9 +28,10 @@ void bin_rows(const TraceReader& reader, const RowRange& range, BinnedTrace& bt,
 void merge_bins(BinnedTrace& into, const BinnedTrace& part);
 
 // Bins every range in `workers` child processes (HDF5 is built without thread safety, so the
-// parallel readers are processes), then merges their results in worker order. Returns false,
-// having done nothing, when the processes or their shared memory cannot be had; throws
-// InputError with the worker's message when a worker fails.
-bool bin_in_workers(const std::vector<RowRange>& ranges, int workers, BinnedTrace& bt, const Progress& progress);
+// parallel readers are processes that inherit `readers`), then merges their results in worker
+// order. Returns false, having done nothing, when the processes or their shared memory cannot
+// be had; throws InputError with the worker's message when a worker fails.
+bool bin_in_workers(const std::vector<TraceReader>& readers, const std::vector<RowRange>& ranges, int workers, BinnedTrace& bt,
+                    const Progress& progress);
 
 }  // namespace lpdiag::analysis::detail

@@ -1,8 +1,10 @@
 // Binning in worker processes. A cold trace is read one chunk at a time, and a single reader
 // waits for every chunk in turn; several readers keep several reads in flight. HDF5 is the
-// serial build (not thread-safe), so the readers are forked processes. Each opens the files
-// itself, bins its share of the row ranges, and copies its bins into shared memory; the parent
-// shows progress, then adds the shares in worker order.
+// serial build (not thread-safe), so the readers are forked processes. They inherit the
+// parent's open, validated readers (copy-on-write; HDF5's sec2 driver reads with pread, so a
+// shared descriptor has no shared offset), bin their share of the row ranges, copy their bins
+// into shared memory and leave with _exit, closing nothing. The parent does not touch the
+// files meanwhile; it shows progress, then adds the shares in worker order.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -79,17 +81,15 @@ void load_bins(const char* slot, BinnedTrace& part) {
 }
 
 // In the child: bin [begin, end) of the ranges, write the result or the error, never return.
-[[noreturn]] void run_worker(const std::vector<RowRange>& ranges, std::size_t begin, std::size_t end, BinnedTrace part,
-                             char* slot) {
+[[noreturn]] void run_worker(const std::vector<TraceReader>& readers, const std::vector<RowRange>& ranges, std::size_t begin,
+                             std::size_t end, BinnedTrace part, char* slot) {
   auto* head = reinterpret_cast<SlotHeader*>(slot);
   int code = 0;
   try {
     for (std::size_t i = begin; i < end;) {
       RowRange run = ranges[i++];  // consecutive ranges of one file, read as one
       while (i < end && ranges[i].file == run.file && ranges[i].row0 == run.row1) run.row1 = ranges[i++].row1;
-      const TraceReader reader(part.files[run.file]);
-      reader.hint_sparse_reads();
-      bin_rows(reader, run, part, [&](std::int64_t n) { head->rows_done.fetch_add(n, std::memory_order_relaxed); });
+      bin_rows(readers[run.file], run, part, [&](std::int64_t n) { head->rows_done.fetch_add(n, std::memory_order_relaxed); });
     }
     save_bins(part, slot);
   } catch (const std::exception& e) {
@@ -104,7 +104,8 @@ void load_bins(const char* slot, BinnedTrace& part) {
 
 }  // namespace
 
-bool bin_in_workers(const std::vector<RowRange>& ranges, int workers, BinnedTrace& bt, const Progress& progress) {
+bool bin_in_workers(const std::vector<TraceReader>& readers, const std::vector<RowRange>& ranges, int workers, BinnedTrace& bt,
+                    const Progress& progress) {
   const auto W = static_cast<std::size_t>(workers);
   const std::size_t slot = slot_bytes(bt);
   SharedMapping shared(W * slot);
@@ -119,7 +120,7 @@ bool bin_in_workers(const std::vector<RowRange>& ranges, int workers, BinnedTrac
   for (std::size_t w = 0; w < W; ++w) {
     const std::size_t begin = ranges.size() * w / W, end = ranges.size() * (w + 1) / W;
     const pid_t pid = fork();
-    if (pid == 0) run_worker(ranges, begin, end, bt, shared.get() + w * slot);
+    if (pid == 0) run_worker(readers, ranges, begin, end, bt, shared.get() + w * slot);
     if (pid < 0) {
       kill_all();
       return false;

@@ -60,7 +60,7 @@ Registration register_analyze(CLI::App& app) {
   sub->add_option("--bins", args->bins, "Time resolution: number of bins the run is reduced to")->capture_default_str()->check(CLI::Range(8, 100000));
   sub->add_option("--bias-z", args->bias_z, "|z| a delta-error mean must reach to count as biased rounding")->capture_default_str();
   sub->add_option("--workers", args->workers,
-                  "Processes reading the trace in parallel (0: one below 2^18 records, else 12)")
+                  "Processes reading the trace in parallel (0: one below 2^18 records, else 16)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
   return {sub, [args] { return run_analyze(*args); }};

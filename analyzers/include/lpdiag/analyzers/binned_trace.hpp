@@ -54,7 +54,7 @@ using Progress = std::function<void(double fraction)>;
 
 // Throws InputError for unusable files or rank files that do not describe the same model.
 // `workers`: processes that read in parallel (1: this process only; 0: this process below 2^18
-// records, else 12, for reads in flight on a cold disk). Sums are added per worker and then across workers, so
+// records, else 16, for reads in flight on a cold disk). Sums are added per worker and then across workers, so
 // results with different worker counts agree to rounding, not bit for bit.
 BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins = 512, const Progress& progress = {},
                        int workers = 0);
