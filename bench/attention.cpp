@@ -64,6 +64,8 @@ double median_ms(int reps, const std::function<void()>& f) {
 
 // Our kernels on (B, H, N, d) bf16 CUDA tensors, buffers allocated once so the timings hold
 // only the kernels; keeps O, lse and the residual for the backward.
+int g_bwd_key_block = 0;  // --bwd-keys: the backward's keys per block (FlashBackwardArgs::key_block)
+
 struct Ours {
   Shape s;
   lc::Instrument level;
@@ -80,7 +82,9 @@ struct Ours {
     lc::flash_forward(lpdiag::hooks::forward_args(q, k, v, f, s.causal, fix, level, cnt(), stream()));
   }
   void backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& g) {
-    lc::flash_backward(lpdiag::hooks::backward_args(q, k, v, g, f, b, s.causal, level, cnt(), stream()));
+    lc::FlashBackwardArgs a = lpdiag::hooks::backward_args(q, k, v, g, f, b, s.causal, level, cnt(), stream());
+    a.key_block = g_bwd_key_block;
+    lc::flash_backward(a);
   }
 };
 
@@ -217,8 +221,9 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = std::stoi(argv[++i]);  // one shape (0, 1, 2), for the profiler
     else if (a == "--ours-only") ours_only = true;
+    else if (a == "--bwd-keys" && i + 1 < argc) g_bwd_key_block = std::stoi(argv[++i]);  // 64 or 128 (0: default)
     else {
-      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only]\n");
+      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128]\n");
       return 2;
     }
   }

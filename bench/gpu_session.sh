@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [sanitize] [bench] [gpt2] [ncu] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [ncu] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -27,6 +27,14 @@ for s in "$@"; do
       stage "bench_attention --check"
       timeout 300 $B/bench/bench_attention --check --json "$OUT/check.json" >"$OUT/check.log" 2>&1; echo "rc=$?"
       grep -E "FAIL|PASSED|FAILED|error" "$OUT/check.log" | head -20 ;;
+    check128)
+      stage "bench_attention --check --bwd-keys 128"
+      timeout 300 $B/bench/bench_attention --check --bwd-keys 128 >"$OUT/check128.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|PASSED|FAILED|error" "$OUT/check128.log" | head -20 ;;
+    bench128)
+      stage "bench_attention --ours-only --bwd-keys 128"
+      timeout 400 $B/bench/bench_attention --reps 20 --ours-only --bwd-keys 128 >"$OUT/bench128.log" 2>&1; echo "rc=$?"
+      tail -12 "$OUT/bench128.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         stage "compute-sanitizer $tool"

@@ -10,24 +10,36 @@ namespace lpdiag::cuda {
 namespace flash {
 namespace {
 
-template <int D, bool Causal>
+// Keys per backward block when the caller leaves it to us, from `bench_attention --bwd-keys`
+// on the H200 (docs/BENCHMARKS.md): at d = 128, 128 keys over 8 warps share each query tile's
+// load and halve the dQ atomics (+12% causal, +15% non-causal backward); at d = 64 the smaller
+// block is 2% faster.
+constexpr int default_bwd_key_block(std::int64_t d) { return d == 128 ? 128 : 64; }
+
+template <int D, bool Causal, int Bc>
 void launch_main(const BwdParams& p, int B, cudaStream_t stream) {
-  constexpr int smem = bwd_smem_bytes<D>();
-  auto kernel = flash_bwd_kernel<D, Causal>;
+  constexpr int smem = bwd_smem_bytes<D, Bc>();
+  auto kernel = flash_bwd_kernel<D, Causal, Bc>;
   allow_shared_memory(kernel, smem);
-  const dim3 grid((p.N + kBlockKeys - 1) / kBlockKeys, B * p.H);
-  kernel<<<grid, kBwdWarps * 32, smem, stream>>>(p);
+  const dim3 grid((p.N + Bc - 1) / Bc, B * p.H);
+  kernel<<<grid, bwd_warps<Bc>() * 32, smem, stream>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int D, bool Causal>
+void launch_main(const BwdParams& p, int B, int key_block, cudaStream_t stream) {
+  if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
+  else launch_main<D, Causal, 64>(p, B, stream);
+}
+
 template <int D>
-void launch_all(const BwdParams& p, int B, bool causal, bool full, cudaStream_t s) {
+void launch_all(const BwdParams& p, int B, bool causal, bool full, int key_block, cudaStream_t s) {
   const dim3 dgrid((p.N + 255) / 256, B * p.H);
   if (full) flash_bwd_delta_kernel<D, true><<<dgrid, 256, 0, s>>>(p);
   else flash_bwd_delta_kernel<D, false><<<dgrid, 256, 0, s>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());
-  if (causal) launch_main<D, true>(p, B, s);
-  else launch_main<D, false>(p, B, s);
+  if (causal) launch_main<D, true>(p, B, key_block, s);
+  else launch_main<D, false>(p, B, key_block, s);
   const std::int64_t n = static_cast<std::int64_t>(B) * p.H * p.N * D;
   const std::int64_t want = (n + 255) / 256;
   flash_bwd_dq_kernel<<<static_cast<int>(want < 8192 ? want : 8192), 256, 0, s>>>(p.dq_accum, p.dq, n, p.scale);
@@ -52,6 +64,8 @@ void flash_backward(const FlashBackwardArgs& a) {
   require(a.dv, "dv");
   require(a.dq_accum, "dq_accum");
   require(a.delta, "delta");
+  if (a.key_block != 0 && a.key_block != 64 && a.key_block != 128)
+    throw Error("flash_backward: key_block must be 0 (default), 64 or 128, got " + std::to_string(a.key_block));
   const bool full = a.instrument == Instrument::full;
   if (full) require(a.o_residual, "o_residual (instrumentation is full)"), require(a.counters, "counters");
   p.lse = a.lse;
@@ -69,8 +83,9 @@ void flash_backward(const FlashBackwardArgs& a) {
   const std::int64_t nd = a.shape.B * a.shape.H * a.shape.N * a.shape.d;
   LPDIAG_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, static_cast<std::size_t>(nd) * sizeof(float), s));
   const int B = static_cast<int>(a.shape.B);
-  if (a.shape.d == 64) launch_all<64>(p, B, a.shape.causal, full, s);
-  else launch_all<128>(p, B, a.shape.causal, full, s);
+  const int key_block = a.key_block == 0 ? default_bwd_key_block(a.shape.d) : a.key_block;
+  if (a.shape.d == 64) launch_all<64>(p, B, a.shape.causal, full, key_block, s);
+  else launch_all<128>(p, B, a.shape.causal, full, key_block, s);
 }
 
 }  // namespace lpdiag::cuda

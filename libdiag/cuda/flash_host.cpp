@@ -47,7 +47,8 @@ std::int64_t count_nonfinite(const std::vector<float>& x) {
 
 }  // namespace
 
-AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward) {
+AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward,
+                                int bwd_key_block) {
   if (cfg.policy != Policy::fa2) throw InvalidArgument("CUDA attention implements the fa2 policy only; use the CPU engine for " + std::string(policy_name(cfg.policy)));
   if (cfg.tile_k != kernel_key_tile) throw InvalidArgument("CUDA attention uses key tiles of " + std::to_string(kernel_key_tile) + ", got tile_k " + std::to_string(cfg.tile_k));
   if (!in.q || !in.k || !in.v) throw InvalidArgument("CUDA attention: q, k and v are required");
@@ -99,6 +100,7 @@ AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInput
     b.delta = static_cast<float*>(delta.get());
     b.counters = f.counters;
     b.instrument = level;
+    b.key_block = bwd_key_block;
     flash_backward(b);
     run.dq = download_bf16(dq.get(), n);
     run.dk = download_bf16(dk.get(), n);

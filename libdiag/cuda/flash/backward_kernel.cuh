@@ -1,5 +1,5 @@
-// FlashAttention-2 backward, bf16: one block per (64 keys, batch x head), 4 warps of 16 keys,
-// looping over query tiles of Br rows (64 for d = 64, 32 for d = 128) double-buffered through
+// FlashAttention-2 backward, bf16: one block per (Bc keys, batch x head), Bc / 16 warps of 16
+// keys (Bc = 64 or 128), looping over query tiles of Br rows (64 for d = 64, 32 for d = 128) double-buffered through
 // cp.async. Per tile, in the CPU fa2 policy's operations: S recomputed as in the forward,
 // P = exp(S - L), dP = dO V^T, dS = P (dP - delta) in fp32; dV += bf16(P)^T dO and
 // dK += bf16(dS)^T Q accumulate in fp32 registers; dQ += bf16(dS) K goes to an fp32 buffer by
@@ -16,21 +16,25 @@
 
 namespace lpdiag::cuda::flash {
 
-constexpr int kBwdWarps = 4;
+template <int Bc>
+__host__ __device__ constexpr int bwd_warps() {
+  return Bc / 16;
+}
 
 template <int D>
 __host__ __device__ constexpr int bwd_rows() {
   return D == 64 ? 64 : 32;
 }
 
-template <int D>
+template <int D, int Bc>
 __host__ __device__ constexpr int bwd_smem_bytes() {
   constexpr int Br = bwd_rows<D>();
-  return (2 * kBlockKeys * D + 4 * Br * D + Br * kBlockKeys) * 2 + 4 * Br * 4;
+  return (2 * Bc * D + 4 * Br * D + Br * Bc) * 2 + 4 * Br * 4;
 }
 
-template <int D, bool Causal>
-__global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) {
+template <int D, bool Causal, int Bc>
+__global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdParams p) {
+  constexpr int kBwdWarps = bwd_warps<Bc>();
   constexpr int Br = bwd_rows<D>();
   constexpr int Threads = kBwdWarps * 32;
   constexpr int ST = Br / 8;   // n-tiles of S^T (queries)
@@ -41,18 +45,18 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
   constexpr int QT = OT / CG;  // dQ n-tiles per warp
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* vs = ks + kBlockKeys * D;
+  __nv_bfloat16* vs = ks + Bc * D;
   // Stage s of the query (dO) tile lives at qs + s * Br * D (dos + s * Br * D).
-  __nv_bfloat16* qs = vs + kBlockKeys * D;
+  __nv_bfloat16* qs = vs + Bc * D;
   __nv_bfloat16* dos = qs + 2 * Br * D;
-  __nv_bfloat16* dss = dos + 2 * Br * D;  // bf16(dS), [query][key], swizzled over 64 columns
-  float* lse_s = reinterpret_cast<float*>(dss + Br * kBlockKeys);  // [2][Br]
+  __nv_bfloat16* dss = dos + 2 * Br * D;  // bf16(dS), [query][key], swizzled over Bc columns
+  float* lse_s = reinterpret_cast<float*>(dss + Br * Bc);  // [2][Br]
   float* delta_s = lse_s + 2 * Br;                                   // [2][Br]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
   const int N = p.N;
-  const int j0 = blockIdx.x * kBlockKeys;
+  const int j0 = blockIdx.x * Bc;
   const __nv_bfloat16* qg = p.q.head(b, h);
   const __nv_bfloat16* kg = p.k.head(b, h);
   const __nv_bfloat16* vg = p.v.head(b, h);
@@ -74,8 +78,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
     }
   };
 
-  load_tile<D, kBlockKeys, Threads>(ks, kg, p.k.sn, j0, N);
-  load_tile<D, kBlockKeys, Threads>(vs, vg, p.v.sn, j0, N);
+  load_tile<D, Bc, Threads>(ks, kg, p.k.sn, j0, N);
+  load_tile<D, Bc, Threads>(vs, vg, p.v.sn, j0, N);
   load_rows(0, i_begin);
   cp_async_commit();
 
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
       for (int e = 0; e < 4; ++e) {
         const int il = n * 8 + 2 * (lane % 4) + (e & 1);
         const int jl = warp * 16 + lane / 4 + (e / 2) * 8;
-        dss2[swz<kBlockKeys>(il, jl)] = __float2bfloat16_rn(dp[n][e]);
+        dss2[swz<Bc>(il, jl)] = __float2bfloat16_rn(dp[n][e]);
       }
     __syncthreads();
     {
@@ -170,9 +174,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32) flash_bwd_kernel(BwdParams p) 
 #pragma unroll
         for (int e = 0; e < 4; ++e) dq[q2][e] = 0.f;
 #pragma unroll
-      for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
+      for (int kc = 0; kc < Bc / 16; ++kc) {
         std::uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(dss + a_frag<kBlockKeys>(rg * 16, kc, lane)));
+        ldmatrix_x4(a, smem_addr(dss + a_frag<Bc>(rg * 16, kc, lane)));
 #pragma unroll
         for (int np = 0; np < QT / 2; ++np) {
           std::uint32_t bk[4];

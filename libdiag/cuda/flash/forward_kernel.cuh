@@ -161,19 +161,27 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
         tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 1));
         tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 2));
       }
+      // How often the tile max occurs (the counters) and how many logits lie within the fix's
+      // tolerance of it (the fix's trigger): each only where it is used.
       int tc[2] = {0, 0}, near[2] = {0, 0};
-      if (Level > 0 || p.fix.kind != 0) {
+      if constexpr (Level > 0) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            tc[e / 2] += s[n][e] == tm[e / 2];
-            near[e / 2] += __fsub_rn(tm[e / 2], s[n][e]) <= p.fix.tol;
-          }
+          for (int e = 0; e < 4; ++e) tc[e / 2] += s[n][e] == tm[e / 2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 1);
           tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 2);
+        }
+      }
+      if (p.fix.kind != 0) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) near[e / 2] += __fsub_rn(tm[e / 2], s[n][e]) <= p.fix.tol;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
           near[r] += __shfl_xor_sync(0xffffffffu, near[r], 1);
           near[r] += __shfl_xor_sync(0xffffffffu, near[r], 2);
         }

@@ -69,6 +69,7 @@ struct FlashBackwardArgs {
   float* delta = nullptr;                 // workspace: fp32 (B, H, N)
   DeviceHeadCounters* counters = nullptr; // full only: receives the delta errors
   Instrument instrument = Instrument::off;
+  int key_block = 0;                      // keys per block: 64 or 128; 0 = the tuned default
   void* stream = nullptr;
 };
 
@@ -87,6 +88,8 @@ namespace lpdiag::cuda {
 // kernels' key tile); anything else throws InvalidArgument. heads[] carries the counters and,
 // at "full", the O and delta error sums (o_err / delta_err accumulators stay empty: the kernels
 // keep sums, not the per-element stream).
-AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward);
+// `bwd_key_block`: FlashBackwardArgs::key_block (0 = default), so tests cover every variant.
+AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward,
+                                int bwd_key_block = 0);
 
 }  // namespace lpdiag::cuda
