@@ -67,6 +67,17 @@ for s in "$@"; do
       done
       ls -l "$OUT"/gpt2-hooks.h5 2>/dev/null
       $B/tools/lpdiag info "$OUT/gpt2-hooks.h5" 2>&1 | head -20 ;;
+    gpt2cad)
+      # Where the Monitor's cost goes: the same run with the weight and update statistics at
+      # cadences 1, 10 and 1000, against no Monitor.
+      G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 40 --timed-from 10"
+      for cfg in "off:--instrument off --no-monitor" "w1:--instrument counters --weights-every 1" "w10:--instrument counters --weights-every 10" \
+                 "w1000:--instrument counters --weights-every 1000" "off1000:--instrument off --weights-every 1000"; do
+        name=${cfg%%:*}; args=${cfg#*:}
+        stage "gpt2 cadence $name"
+        timeout 200 $G $args --out "$OUT/cad-$name.h5" 2>&1 | grep steady
+      done
+      rm -f "$OUT"/cad-*.h5 ;;
     python)
       stage "python: load and one op call on cuda"
       ldd $B/hooks/liblpdiag_torch.so | grep -E "cudart|c10|torch_cuda" | tee "$OUT/ldd.txt"
