@@ -32,22 +32,31 @@ struct Power {
 
 // Device scalars bound for the record, copied to the host together at the end of record().
 struct Monitor::Fetch {
+  struct Dst {
+    double* d = nullptr;
+    float* f = nullptr;
+  };
   std::vector<torch::Tensor> values;
-  std::vector<double*> dst;
-  void add(const torch::Tensor& t, double* d) {
-    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
-    dst.push_back(d);
-  }
+  std::vector<Dst> dst;
+  void add(const torch::Tensor& t, double* d) { add(t, std::vector<double*>{d}); }
   // t holds one value per destination, in order.
   void add(const torch::Tensor& t, const std::vector<double*>& d) {
     values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
-    dst.insert(dst.end(), d.begin(), d.end());
+    for (double* p : d) dst.push_back({p, nullptr});
+  }
+  void add(const torch::Tensor& t, const std::vector<float*>& d) {
+    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
+    for (float* p : d) dst.push_back({nullptr, p});
   }
   void run() {
     if (values.empty()) return;
     const torch::Tensor h = torch::cat(values).cpu();
+    TORCH_CHECK(h.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", h.numel(), " statistics for ", dst.size(), " fields");
     const double* a = h.data_ptr<double>();
-    for (std::size_t i = 0; i < dst.size(); ++i) *dst[i] = a[i];
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      if (dst[i].d) *dst[i].d = a[i];
+      else *dst[i].f = static_cast<float>(a[i]);
+    }
   }
 };
 
@@ -133,8 +142,9 @@ void Monitor::add_activation(std::string name, int64_t layer) {
 
 void Monitor::observe_activation(std::string name, torch::Tensor x) {
   torch::NoGradGuard g;
-  torch::Tensor f = x.detach().to(torch::kFloat32);
-  activation_values_[name] = {f.abs().max().item<float>(), f.pow(2).mean().sqrt().item<float>()};
+  // Device scalars, no synchronization: record() fetches them with everything else.
+  const torch::Tensor f = x.detach().to(torch::kFloat32);
+  activation_values_[name] = torch::stack({f.abs().max(), f.pow(2).mean().sqrt()});
 }
 
 void Monitor::set_cadence(std::string signal, int64_t every) {
@@ -191,8 +201,7 @@ void Monitor::group_matrices() {
   }
 }
 
-void Monitor::weight_stats(Group& g, TraceRecord& r, Fetch& f) {
-  const torch::Tensor w = g.stack(matrices_);
+void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
   g.whole.run(w);
   const torch::Tensor fro = w.norm(2, {1, 2});
   std::vector<double*> sn, fr, sr, hs;
@@ -211,8 +220,7 @@ void Monitor::weight_stats(Group& g, TraceRecord& r, Fetch& f) {
   }
 }
 
-void Monitor::update_stats(Group& g, TraceRecord& r, Fetch& f) {
-  const torch::Tensor w = g.stack(matrices_);
+void Monitor::update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
   if (g.prev.defined()) {
     const torch::Tensor d = w - g.prev;
     const torch::Tensor fro2 = d.pow(2).sum({1, 2});
@@ -230,7 +238,7 @@ void Monitor::update_stats(Group& g, TraceRecord& r, Fetch& f) {
     g.prev_u = du;
     g.prev_v = dv;
   }
-  g.prev = w;  // stack() made a copy
+  g.prev = w;  // stack() made a copy; weight_stats only reads it
 }
 
 bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
@@ -260,16 +268,18 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
   }
   Fetch fetch;
   if (groups_.empty()) group_matrices();
-  for (auto& g : groups_) {
-    if (due("weights")) weight_stats(*g, r, fetch);
-    if (due("updates")) update_stats(*g, r, fetch);
-  }
-  fetch.run();  // the one device-to-host copy of this record's weight and update statistics
+  if (due("weights") || due("updates"))
+    for (auto& g : groups_) {
+      const torch::Tensor w = g->stack(matrices_);  // a copy: update_stats keeps it as the next `prev`
+      if (due("weights")) weight_stats(*g, w, r, fetch);
+      if (due("updates")) update_stats(*g, w, r, fetch);
+    }
   if (due("activations"))
     for (std::size_t i = 0; i < activation_names_.size(); ++i) {
       auto it = activation_values_.find(activation_names_[i]);
-      if (it != activation_values_.end()) r.activations[i] = {it->second.first, it->second.second};
+      if (it != activation_values_.end()) fetch.add(it->second, std::vector<float*>{&r.activations[i].max_abs, &r.activations[i].rms});
     }
+  fetch.run();  // the one device-to-host copy of this record's statistics
   activation_values_.clear();
   for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
   const bool finite = std::isfinite(loss);

@@ -52,8 +52,9 @@ class Monitor : public torch::CustomClassHolder {
   struct Fetch;
   struct Group;
   void group_matrices();
-  void weight_stats(Group& g, TraceRecord& r, Fetch& f);
-  void update_stats(Group& g, TraceRecord& r, Fetch& f);
+  // `w`: the group's matrices stacked, (G, rows, cols), taken once per record.
+  void weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  void update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
 
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
@@ -61,7 +62,7 @@ class Monitor : public torch::CustomClassHolder {
   std::vector<std::unique_ptr<Group>> groups_;
   std::vector<std::string> activation_names_;
   std::vector<int64_t> activation_layers_;
-  std::map<std::string, std::pair<float, float>> activation_values_;
+  std::map<std::string, torch::Tensor> activation_values_;  // device (max |x|, rms), fetched by record()
   std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
   int64_t flush_every_ = 100;
   bool stop_on_nan_ = false;

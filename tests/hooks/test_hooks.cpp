@@ -91,8 +91,10 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   auto w = torch::randn({3 * C, C}, torch::requires_grad());
   auto mon = c10::make_intrusive<Monitor>(tmp("mon.h5"), 1, H, d, R"({"test":1})", 0, 1);
   mon->add_fused_qkv("blk0", 0, w);
+  mon->add_activation("blk0.attn_out", 0);
   mon->set_stop_on_nan(true);
   mon->request_capture(0, 2);
+  std::vector<double> want_max, want_rms;  // of the attention output, from the same values in fp64
   bool keep = true;
   for (int64_t step = 0; step < 5 && keep; ++step) {
     auto x = torch::randn({2, 12, C});
@@ -100,6 +102,14 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
     auto heads = [&](const torch::Tensor& t) { return t.view({2, 12, H, d}).transpose(1, 2).to(torch::kBFloat16); };
     if (step == 2) mon->request_capture(0, 2);
     auto o = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, "fa2", "none", "full", 0);
+    if (step != 1) {  // an activation not observed at a step stays unmeasured (NaN)
+      mon->observe_activation("blk0.attn_out", o);
+      const torch::Tensor o64 = o.detach().to(torch::kFloat64);
+      want_max.push_back(o64.abs().max().item<double>());
+      want_rms.push_back(o64.pow(2).mean().sqrt().item<double>());
+    } else {
+      want_max.push_back(NAN), want_rms.push_back(NAN);
+    }
     auto loss = o.to(torch::kFloat32).pow(2).mean();
     loss.backward();
     {
@@ -128,6 +138,21 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
     INFO("recorded " << sn[4] << " exact " << exact << "; head 1 recorded " << hsn[4 * H + 1] << " exact " << exact_h1);
     CHECK(std::fabs(sn[4] - exact) <= 1e-3 * exact);
     CHECK(std::fabs(hsn[4 * H + 1] - exact_h1) <= 1e-3 * exact_h1);
+  }
+  {
+    // Activation statistics are fp32 on the device: max |x| is exact, the rms agrees with the
+    // fp64 value to fp32 rounding of a 384-element mean (relative 1e-6).
+    const auto amax = r.series("/activations/blk0.attn_out/max_abs", 0, 5);
+    const auto arms = r.series("/activations/blk0.attn_out/rms", 0, 5);
+    for (int64_t s = 0; s < 5; ++s) {
+      INFO("step " << s << ": max " << amax[s] << " want " << want_max[s] << ", rms " << arms[s] << " want " << want_rms[s]);
+      if (std::isnan(want_max[s])) {
+        CHECK((std::isnan(amax[s]) && std::isnan(arms[s])));
+        continue;
+      }
+      CHECK(amax[s] == static_cast<double>(static_cast<float>(want_max[s])));
+      CHECK(std::fabs(arms[s] - want_rms[s]) <= 1e-6 * want_rms[s]);
+    }
   }
   const auto sim = r.series("/updates/blk0.q/similarity_prev", 0, 5);
   CHECK(std::isnan(sim[0]));  // no previous record yet
