@@ -14,19 +14,23 @@ namespace lpdiag::hooks {
 // synchronizes: a cold start runs 30 iterations, a warm start 4 (the weights move little between
 // records), and sigma stays a device scalar until record() fetches every value in one copy.
 // Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
+// Each iteration applies W^T W and normalizes (five kernels); u and sigma come once at the end. Launches, not FLOPs, are what a record costs on the GPU.
 struct Power {
   torch::Tensor v, u, sigma;  // v (batch, cols, 1), u (batch, rows, 1), sigma (batch)
   void run(const torch::Tensor& w) {
     const bool cold = !v.defined() || v.size(0) != w.size(0) || v.size(1) != w.size(2);
     if (cold) v = torch::ones({w.size(0), w.size(2), 1}, w.options()) / std::sqrt(double(w.size(2)));
     const double tiny = 1e-30;
+    const torch::Tensor wt = w.transpose(1, 2);
     for (int it = 0, n = cold ? 30 : 4; it < n; ++it) {
-      u = torch::bmm(w, v);
-      u = u / (u.norm(2, {1}, true) + tiny);
-      const torch::Tensor x = torch::bmm(w.transpose(1, 2), u);
-      sigma = x.norm(2, {1, 2});
-      v = x / (sigma.view({-1, 1, 1}) + tiny);
+      const torch::Tensor x = torch::bmm(wt, torch::bmm(w, v));
+      v = x / (x.norm(2, {1, 2}, true) + tiny);
     }
+    // sigma = |W^T u| with u = W v / |W v|: the better of the two estimates at hand (its error
+    // is (sigma_2^2 - sigma_2^4 / sigma_1^2) / (sigma_1^2 - sigma_2^2) times that of |W v|).
+    u = torch::bmm(w, v);
+    u = u / (u.norm(2, {1, 2}, true) + tiny);
+    sigma = torch::bmm(wt, u).norm(2, {1, 2});
   }
 };
 
@@ -67,11 +71,14 @@ struct Monitor::Tracked {
   torch::Tensor slice() const { return weight.detach().narrow(0, row0, row1 - row0).to(torch::kFloat32); }
 };
 
-// Matrices of one shape, head count and device: their statistics run as one batch (48 of
-// GPT-2 small's 61 matrices are 768 x 768), so a record costs a few dozen kernel launches, not
-// thousands.
+// Matrices of one shape and device: their statistics run as one batch (48 of GPT-2 small's 61
+// matrices are 768 x 768), so a record costs a few dozen kernel launches, not thousands. The
+// members with heads (one head count per group) also get the per-head norms.
 struct Monitor::Group {
   std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices); one shape
+  std::vector<int64_t> headed;       // positions in `members` of the matrices with heads
+  int64_t n_heads = 0;               // their head count
+  torch::Tensor headed_index;        // `headed` on the device, when not every member has heads
   Power whole, delta, heads;
   torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
@@ -190,15 +197,24 @@ void Monitor::group_matrices() {
   std::map<std::string, std::size_t> by_key;
   for (std::size_t i = 0; i < matrices_.size(); ++i) {
     const Tracked& m = *matrices_[i];
-    const std::string key = std::to_string(m.spec.rows) + "x" + std::to_string(m.spec.cols) + "/" +
-                            std::to_string(m.spec.n_heads) + "@" + m.weight.device().str();
+    std::string key = std::to_string(m.spec.rows) + "x" + std::to_string(m.spec.cols) + "@" + m.weight.device().str();
     auto it = by_key.find(key);
+    // A second head count for one shape gets a group of its own.
+    if (it != by_key.end() && m.spec.n_heads > 0 && groups_[it->second]->n_heads > 0 && groups_[it->second]->n_heads != m.spec.n_heads) {
+      key += "/" + std::to_string(m.spec.n_heads);
+      it = by_key.find(key);
+    }
     if (it == by_key.end()) {
       it = by_key.emplace(key, groups_.size()).first;
       groups_.push_back(std::make_unique<Group>());
     }
-    groups_[it->second]->members.push_back(i);
+    Group& g = *groups_[it->second];
+    if (m.spec.n_heads > 0) g.headed.push_back(static_cast<int64_t>(g.members.size())), g.n_heads = m.spec.n_heads;
+    g.members.push_back(i);
   }
+  for (auto& g : groups_)
+    if (!g->headed.empty() && g->headed.size() < g->members.size())
+      g->headed_index = torch::tensor(g->headed, torch::kLong).to(matrices_[g->members.front()]->weight.device());
 }
 
 void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
@@ -208,14 +224,15 @@ void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
   for (std::size_t i : g.members) {
     WeightStats& s = r.weights[i];
     sn.push_back(&s.spectral_norm), fr.push_back(&s.frobenius_norm), sr.push_back(&s.stable_rank);
-    for (auto& h : s.head_spectral_norm) hs.push_back(&h);
   }
   f.add(g.whole.sigma, sn);
   f.add(fro, fr);
   f.add(fro * fro / (g.whole.sigma * g.whole.sigma), sr);  // NaN for a zero matrix
-  const MatrixSpec& spec = matrices_[g.members.front()]->spec;
-  if (spec.n_heads > 0) {
-    g.heads.run(w.reshape({-1, spec.rows / spec.n_heads, spec.cols}));  // (G * heads, rows / heads, cols)
+  if (!g.headed.empty()) {
+    for (int64_t x : g.headed)
+      for (auto& h : r.weights[g.members[static_cast<std::size_t>(x)]].head_spectral_norm) hs.push_back(&h);
+    const torch::Tensor wh = g.headed_index.defined() ? w.index_select(0, g.headed_index) : w;
+    g.heads.run(wh.reshape({-1, w.size(1) / g.n_heads, w.size(2)}));  // (headed * heads, rows / heads, cols)
     f.add(g.heads.sigma, hs);
   }
 }
