@@ -11,8 +11,8 @@
 namespace lpdiag::hooks {
 
 // Power iteration on the weight's own device, warm-started from the previous record. It never
-// synchronizes: a cold start runs 30 iterations, a warm start 4 (the weights move little between
-// records), and sigma stays a device scalar until record() fetches every value in one copy.
+// synchronizes: a cold start runs 30 iterations, a warm start 2 (the weights move little between
+// records; spectral normalization gets by with one per step), and sigma stays a device scalar until record() fetches every value in one copy.
 // Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
 // Each iteration applies W^T W and normalizes (five kernels); u and sigma come once at the end. Launches, not FLOPs, are what a record costs on the GPU.
 struct Power {
@@ -22,7 +22,7 @@ struct Power {
     if (cold) v = torch::ones({w.size(0), w.size(2), 1}, w.options()) / std::sqrt(double(w.size(2)));
     const double tiny = 1e-30;
     const torch::Tensor wt = w.transpose(1, 2);
-    for (int it = 0, n = cold ? 30 : 4; it < n; ++it) {
+    for (int it = 0, n = cold ? 30 : 2; it < n; ++it) {
       const torch::Tensor x = torch::bmm(wt, torch::bmm(w, v));
       v = x / (x.norm(2, {1, 2}, true) + tiny);
     }
@@ -240,7 +240,7 @@ void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
 void Monitor::update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
   if (g.prev.defined()) {
     const torch::Tensor d = w - g.prev;
-    const torch::Tensor fro2 = d.pow(2).sum({1, 2});
+    const torch::Tensor fro = d.norm(2, {1, 2}), fro2 = fro * fro;  // one pass over d
     g.delta.run(d);
     const torch::Tensor sigma = g.delta.sigma;
     std::vector<double*> s1, conc, sim;

@@ -137,7 +137,7 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   CHECK(hs[0] > 0);
   {
     // The last record saw the final weights: its sigma_1 (warm-started power iteration, 30
-    // iterations cold then 4 per record) against an exact SVD of the same rows. With a gap of
+    // iterations cold then 2 per record) against an exact SVD of the same rows. With a gap of
     // 1.5 the iteration error is far below fp32's; 1e-4 leaves room for fp32 norms.
     const auto sn = r.series("/weights/blk0.q/spectral_norm", 0, 5);
     const auto hsn = r.series("/weights/blk0.q/head_spectral_norm", 0, 5);
