@@ -7,6 +7,7 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
+#include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
 
@@ -52,15 +53,20 @@ struct Monitor::Fetch {
     values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
     for (float* p : d) dst.push_back({nullptr, p});
   }
-  void run() {
-    if (values.empty()) return;
-    const torch::Tensor h = torch::cat(values).cpu();
-    TORCH_CHECK(h.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", h.numel(), " statistics for ", dst.size(), " fields");
+  bool empty() const { return values.empty(); }
+  torch::Tensor gather() const { return torch::cat(values); }  // on the values' device
+  void scatter(const torch::Tensor& host) {
+    TORCH_CHECK(host.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", host.numel(), " statistics for ",
+                dst.size(), " fields");
+    const torch::Tensor h = host.to(torch::kFloat64).contiguous();
     const double* a = h.data_ptr<double>();
     for (std::size_t i = 0; i < dst.size(); ++i) {
       if (dst[i].d) *dst[i].d = a[i];
       else *dst[i].f = static_cast<float>(a[i]);
     }
+  }
+  void run() {  // in line: one copy, which waits for the device
+    if (!empty()) scatter(gather().cpu());
   }
 };
 
@@ -261,10 +267,11 @@ void Monitor::update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
 bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
   torch::NoGradGuard no_grad;
   if (!writer_) open_writer();
-  TraceRecord r = TraceRecord::unmeasured(layout_, step);
-  r.scalars[0] = loss;
-  r.scalars[1] = lr;
-  r.scalars[2] = grad_norm;
+  finish_pending();  // the previous step's statistics have long landed
+  auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
+  r->scalars[0] = loss;
+  r->scalars[1] = lr;
+  r->scalars[2] = grad_norm;
   auto due = [&](const char* s) { return step % cadence_[s] == 0; };
   const auto counters = CounterSink::instance().drain();
   if (due("attention")) {
@@ -275,7 +282,7 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
         HeadCounters c = it->second[h];
         if (c.o_err_count <= 0) c.o_err_count = c.o_err_pos = c.o_err_neg = -1, c.o_err_sum = c.o_err_sumsq = NAN;
         if (c.delta_err_count <= 0) c.delta_err_count = c.delta_err_pos = c.delta_err_neg = -1, c.delta_err_sum = c.delta_err_sumsq = NAN;
-        r.attention[l][h] = c;
+        r->attention[l][h] = c;
         if (capture_rate_ >= 0 && captures_left_ > 0 && c.rows > 0 && double(c.repeated_max_rows) / double(c.rows) > capture_rate_) {
           request_capture(layout_.attention[l].layer_index, step + 1);
           --captures_left_;
@@ -283,26 +290,44 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
       }
     }
   }
-  Fetch fetch;
-  if (groups_.empty()) group_matrices();
-  if (due("weights") || due("updates"))
-    for (auto& g : groups_) {
-      const torch::Tensor w = g->stack(matrices_);  // a copy: update_stats keeps it as the next `prev`
-      if (due("weights")) weight_stats(*g, w, r, fetch);
-      if (due("updates")) update_stats(*g, w, r, fetch);
+  if (groups_.empty()) {
+    group_matrices();
+    // A side stream when every matrix lives on one CUDA device; otherwise in line.
+    bool one_cuda = !matrices_.empty();
+    for (const auto& m : matrices_) one_cuda = one_cuda && m->weight.is_cuda() && m->weight.device() == matrices_.front()->weight.device();
+    if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->weight.device());
+  }
+  auto fetch = std::make_unique<Fetch>();
+  const bool stats = due("weights") || due("updates");
+  // The copies are taken on the training stream, so the next optimizer step cannot race them.
+  std::vector<torch::Tensor> stacked;
+  if (stats)
+    for (auto& g : groups_) stacked.push_back(g->stack(matrices_));  // update_stats keeps it as the next `prev`
+  {
+    const auto side = stream_ ? stream_->enter() : nullptr;
+    for (std::size_t i = 0; i < stacked.size(); ++i) {
+      Group& g = *groups_[i];
+      if (stream_) stream_->keep(stacked[i]);
+      if (due("weights")) weight_stats(g, stacked[i], *r, *fetch);
+      if (due("updates")) update_stats(g, stacked[i], *r, *fetch);
     }
-  if (due("activations"))
-    for (std::size_t i = 0; i < activation_names_.size(); ++i) {
-      auto it = activation_values_.find(activation_names_[i]);
-      if (it != activation_values_.end()) fetch.add(it->second, std::vector<float*>{&r.activations[i].max_abs, &r.activations[i].rms});
-    }
-  fetch.run();  // the one device-to-host copy of this record's statistics
+    if (due("activations"))
+      for (std::size_t i = 0; i < activation_names_.size(); ++i) {
+        auto it = activation_values_.find(activation_names_[i]);
+        if (it == activation_values_.end()) continue;
+        if (stream_) stream_->keep(it->second);
+        fetch->add(it->second, std::vector<float*>{&r->activations[i].max_abs, &r->activations[i].rms});
+      }
+    if (stream_ && !fetch->empty()) stream_->fetch(fetch->gather());
+  }
   activation_values_.clear();
   for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
   const bool finite = std::isfinite(loss);
   if (!finite) writer_->add_event({step, "nan_inf", -1, -1, loss, "loss is not finite"});
-  writer_->append(r);
+  pending_record_ = std::move(r);
+  pending_fetch_ = std::move(fetch);
   ++records_;
+  if (!stream_ || !finite) finish_pending();  // in line, or a run that may stop here
   if (!finite && stop_on_nan_) {
     writer_->flush();
     return false;
@@ -310,8 +335,21 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
   return true;
 }
 
+void Monitor::finish_pending() {
+  if (!pending_record_) return;
+  if (!pending_fetch_->empty()) {
+    if (stream_) pending_fetch_->scatter(stream_->wait());
+    else pending_fetch_->run();
+  }
+  writer_->append(*pending_record_);
+  pending_record_.reset();
+  pending_fetch_.reset();
+}
+
 void Monitor::close() {
-  if (writer_) writer_->close();
+  if (!writer_) return;
+  finish_pending();
+  writer_->close();
 }
 
 }  // namespace lpdiag::hooks

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lpdiag/trace/trace_writer.hpp"
+#include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
 
@@ -40,7 +41,8 @@ class Monitor : public torch::CustomClassHolder {
   void request_capture(int64_t layer, int64_t step);
 
   // Records step `step`. Returns false when training should stop (non-finite loss and
-  // stop_on_nan).
+  // stop_on_nan). With weights on CUDA the statistics run on a side stream and the record is
+  // appended at the next record() or close(); a crash loses at most that one record.
   bool record(int64_t step, double loss, double lr, double grad_norm);
   void close();
   std::string trace_path() const { return path_; }
@@ -55,6 +57,8 @@ class Monitor : public torch::CustomClassHolder {
   // `w`: the group's matrices stacked, (G, rows, cols), taken once per record.
   void weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
   void update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  // Appends the record whose statistics are still on their way, once they have landed.
+  void finish_pending();
 
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
@@ -71,6 +75,9 @@ class Monitor : public torch::CustomClassHolder {
   int64_t records_ = 0;
   TraceLayout layout_;
   std::unique_ptr<TraceWriter> writer_;
+  std::unique_ptr<StatsStream> stream_;          // CUDA weights: statistics beside training
+  std::unique_ptr<TraceRecord> pending_record_;  // queued by the last record(), appended by the next
+  std::unique_ptr<Fetch> pending_fetch_;
 };
 
 }  // namespace lpdiag::hooks

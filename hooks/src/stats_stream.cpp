@@ -1,0 +1,64 @@
+#include "stats_stream.hpp"
+
+#ifdef LPDIAG_HOOKS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace lpdiag::hooks {
+
+#ifdef LPDIAG_HOOKS_CUDA
+namespace {
+
+class CudaStatsStream final : public StatsStream {
+ public:
+  explicit CudaStatsStream(c10::DeviceIndex device) : device_(device), side_(c10::cuda::getStreamFromPool(false, device)) {}
+
+  class CudaScope final : public Scope {
+   public:
+    explicit CudaScope(c10::cuda::CUDAStream side) : guard_(side) {}
+
+   private:
+    c10::cuda::CUDAStreamGuard guard_;
+  };
+
+  std::unique_ptr<Scope> enter() override {
+    at::cuda::CUDAEvent queued;
+    queued.record(c10::cuda::getCurrentCUDAStream(device_));
+    queued.block(side_);
+    return std::make_unique<CudaScope>(side_);
+  }
+  void keep(const torch::Tensor& t) override {
+    if (t.defined() && t.is_cuda()) t.record_stream(side_);
+  }
+  void fetch(const torch::Tensor& values) override {
+    host_ = torch::empty({values.numel()}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));
+    host_.copy_(values.to(torch::kFloat64), /*non_blocking=*/true);
+    done_.record(side_);
+  }
+  torch::Tensor wait() override {
+    done_.synchronize();
+    return host_;
+  }
+
+ private:
+  c10::DeviceIndex device_;
+  c10::cuda::CUDAStream side_;
+  at::cuda::CUDAEvent done_;
+  torch::Tensor host_;
+};
+
+}  // namespace
+#endif
+
+std::unique_ptr<StatsStream> StatsStream::for_device(const torch::Device& device) {
+#ifdef LPDIAG_HOOKS_CUDA
+  if (device.is_cuda()) return std::make_unique<CudaStatsStream>(device.index() < 0 ? c10::cuda::current_device() : device.index());
+#else
+  (void)device;
+#endif
+  return nullptr;
+}
+
+}  // namespace lpdiag::hooks
