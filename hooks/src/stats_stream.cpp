@@ -23,10 +23,9 @@ class CudaStatsStream final : public StatsStream {
     c10::cuda::CUDAStreamGuard guard_;
   };
 
+  void mark() override { queued_.record(c10::cuda::getCurrentCUDAStream(device_)); }
   std::unique_ptr<Scope> enter() override {
-    at::cuda::CUDAEvent queued;
-    queued.record(c10::cuda::getCurrentCUDAStream(device_));
-    queued.block(side_);
+    queued_.block(side_);
     return std::make_unique<CudaScope>(side_);
   }
   void keep(const torch::Tensor& t) override {
@@ -45,7 +44,7 @@ class CudaStatsStream final : public StatsStream {
  private:
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream side_;
-  at::cuda::CUDAEvent done_;
+  at::cuda::CUDAEvent queued_, done_;
   torch::Tensor host_;
 };
 
