@@ -298,38 +298,27 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
     if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->weight.device());
   }
   auto fetch = std::make_unique<Fetch>();
-  const bool weights = due("weights"), updates = due("updates");
+  const bool stats = due("weights") || due("updates");
   // The copies are taken on the training stream, so the next optimizer step cannot race them.
   std::vector<torch::Tensor> stacked;
-  if (weights || updates)
+  if (stats)
     for (auto& g : groups_) stacked.push_back(g->stack(matrices_));  // update_stats keeps it as the next `prev`
-  std::vector<std::pair<torch::Tensor, std::size_t>> acts;  // (device (max |x|, rms), activation slot)
-  if (due("activations"))
-    for (std::size_t i = 0; i < activation_names_.size(); ++i) {
-      auto it = activation_values_.find(activation_names_[i]);
-      if (it != activation_values_.end()) acts.emplace_back(it->second, i);
-    }
-  // The statistics: a few hundred small launches. On CUDA a worker thread issues them on the
-  // side stream while this thread goes back to training; record(s + 1) joins it.
-  auto queue_stats = [this, weights, updates, stacked = std::move(stacked), acts = std::move(acts), rec = r.get(), f = fetch.get()] {
-    torch::NoGradGuard ng;
+  {
     const auto side = stream_ ? stream_->enter() : nullptr;
     for (std::size_t i = 0; i < stacked.size(); ++i) {
+      Group& g = *groups_[i];
       if (stream_) stream_->keep(stacked[i]);
-      if (weights) weight_stats(*groups_[i], stacked[i], *rec, *f);
-      if (updates) update_stats(*groups_[i], stacked[i], *rec, *f);
+      if (due("weights")) weight_stats(g, stacked[i], *r, *fetch);
+      if (due("updates")) update_stats(g, stacked[i], *r, *fetch);
     }
-    for (const auto& [t, i] : acts) {
-      if (stream_) stream_->keep(t);
-      f->add(t, std::vector<float*>{&rec->activations[i].max_abs, &rec->activations[i].rms});
-    }
-    if (stream_ && !f->empty()) stream_->fetch(f->gather());
-  };
-  if (stream_) {
-    stream_->mark();
-    pending_job_ = std::async(std::launch::async, std::move(queue_stats));
-  } else {
-    queue_stats();
+    if (due("activations"))
+      for (std::size_t i = 0; i < activation_names_.size(); ++i) {
+        auto it = activation_values_.find(activation_names_[i]);
+        if (it == activation_values_.end()) continue;
+        if (stream_) stream_->keep(it->second);
+        fetch->add(it->second, std::vector<float*>{&r->activations[i].max_abs, &r->activations[i].rms});
+      }
+    if (stream_ && !fetch->empty()) stream_->fetch(fetch->gather());
   }
   activation_values_.clear();
   for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
@@ -348,7 +337,6 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
 
 void Monitor::finish_pending() {
   if (!pending_record_) return;
-  if (pending_job_.valid()) pending_job_.get();  // rethrows what the worker threw
   if (!pending_fetch_->empty()) {
     if (stream_) pending_fetch_->scatter(stream_->wait());
     else pending_fetch_->run();

@@ -5,7 +5,6 @@
 #include <torch/custom_class.h>
 #include <torch/torch.h>
 
-#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,7 +78,6 @@ class Monitor : public torch::CustomClassHolder {
   std::unique_ptr<StatsStream> stream_;          // CUDA weights: statistics beside training
   std::unique_ptr<TraceRecord> pending_record_;  // queued by the last record(), appended by the next
   std::unique_ptr<Fetch> pending_fetch_;
-  std::future<void> pending_job_;                // the worker queuing pending_record_'s statistics
 };
 
 }  // namespace lpdiag::hooks

@@ -23,9 +23,10 @@ class CudaStatsStream final : public StatsStream {
     c10::cuda::CUDAStreamGuard guard_;
   };
 
-  void mark() override { queued_.record(c10::cuda::getCurrentCUDAStream(device_)); }
   std::unique_ptr<Scope> enter() override {
-    queued_.block(side_);
+    at::cuda::CUDAEvent queued;
+    queued.record(c10::cuda::getCurrentCUDAStream(device_));
+    queued.block(side_);
     return std::make_unique<CudaScope>(side_);
   }
   void keep(const torch::Tensor& t) override {
@@ -44,7 +45,7 @@ class CudaStatsStream final : public StatsStream {
  private:
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream side_;
-  at::cuda::CUDAEvent queued_, done_;
+  at::cuda::CUDAEvent done_;
   torch::Tensor host_;
 };
 

@@ -1,8 +1,7 @@
 // The Monitor's statistics beside training, on CUDA: a side stream that starts after the work the
 // training loop queued so far, and a pinned host buffer the results land in without a sync.
-// record() of step s marks the training stream and hands the statistics to a worker thread that
-// queues them on the side stream; record() of step s + 1 (or close()) collects them, by then
-// long finished. Tensors made on the training stream and read on the side
+// record() of step s queues the statistics and returns; record() of step s + 1 (or close())
+// collects them, by then long finished. Tensors made on the training stream and read on the side
 // stream are announced with keep(), so the caching allocator does not hand their memory out
 // while the side stream still reads it. Without CUDA support, for_device() returns nullptr and
 // the Monitor computes in line.
@@ -19,11 +18,8 @@ class StatsStream {
   // nullptr unless `device` is CUDA and this build has the CUDA path.
   static std::unique_ptr<StatsStream> for_device(const torch::Device& device);
 
-  // On the training thread: everything queued on its current stream so far comes before the
-  // side stream's next work.
-  virtual void mark() = 0;
-  // On any thread: while the returned object lives, that thread's work goes to the side stream,
-  // after the last mark().
+  // While the returned object lives, work goes to the side stream, ordered after everything
+  // queued on the training stream so far.
   class Scope {
    public:
     virtual ~Scope() = default;
