@@ -15,6 +15,15 @@ using namespace lpdiag::analysis;
 
 namespace {
 std::string tmp(const std::string& n) { return lpdiag_test::temp_path("links", n); }
+// A planted-chain run written as `ranks` rank files of `records` records each.
+SynthOptions ranked(std::uint64_t seed, int ranks, std::int64_t records, int layers, int heads) {
+  SynthOptions o;
+  o.seed = seed;
+  o.ranks = ranks;
+  o.records = records;
+  o.layers = layers, o.heads = heads;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("a planted chain is found with every link in order at the planted place", "[analyzers]") {
@@ -69,11 +78,7 @@ TEST_CASE("binning in worker processes equals binning in-process", "[analyzers]"
   // Three rank files with gaps and irregular strides, long enough for several 8192-row ranges
   // per worker. Counts are integers and add exactly; sums of reals are added in another order
   // (per worker, then across workers), so they agree to 1e-12 relative, far below any z used.
-  SynthOptions o;
-  o.seed = 2024;
-  o.ranks = 3;
-  o.records = 30000;
-  o.layers = 2, o.heads = 3;
+  SynthOptions o = ranked(2024, 3, 30000, 2, 3);
   o.gap_fraction = 0.05;
   const SynthTruth t = write_synth_trace(tmp("workers.h5"), o);
   const BinnedTrace one = bin_traces(t.files, 256, {}, 1);
@@ -127,11 +132,7 @@ TEST_CASE("binning in worker processes equals binning in-process", "[analyzers]"
 TEST_CASE("a worker's read error reaches the caller as InputError", "[analyzers]") {
   // A file that opens and validates but whose data cannot be read: one compressed chunk of the
   // second rank file is overwritten, so inflating it fails in the worker that reads it.
-  SynthOptions o;
-  o.seed = 5;
-  o.ranks = 2;
-  o.records = 20000;
-  o.layers = 1, o.heads = 2;
+  SynthOptions o = ranked(5, 2, 20000, 1, 2);
   o.compression = 4;
   const SynthTruth t = write_synth_trace(tmp("broken.h5"), o);
   const std::string rows = "/attention/" + lpdiag::TraceReader(t.files[1]).layout().attention.at(0).name + "/rows";
