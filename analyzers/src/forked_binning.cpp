@@ -6,6 +6,7 @@
 // into shared memory and leave with _exit, closing nothing. The parent does not touch the
 // files meanwhile; it shows progress, then adds the shares in worker order.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,7 +120,13 @@ bool bin_in_workers(const std::vector<TraceReader>& readers, const std::vector<R
   };
   for (std::size_t w = 0; w < W; ++w) {
     const std::size_t begin = ranges.size() * w / W, end = ranges.size() * (w + 1) / W;
+    const pid_t parent = getpid();
     const pid_t pid = fork();
+    if (pid == 0) {
+      // A worker outliving a killed parent would read on for nothing.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(4);
+    }
     if (pid == 0) run_worker(readers, ranges, begin, end, bt, shared.get() + w * slot);
     if (pid < 0) {
       kill_all();
