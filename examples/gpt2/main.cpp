@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
   app.add_option("--attention", cfg.attention, "lpdiag (the op) or sdpa (PyTorch's own, LibTorch >= 2)")->capture_default_str();
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
+  bool activations = true;
+  app.add_flag("!--no-activations", activations, "Do not record the blocks' output statistics");
   app.add_option("--weights-every", weights_every, "Monitor cadence of weight and update statistics (steps)")->capture_default_str();
   app.add_option("--timed-from", timed_from, "Steady-state timing starts at this step")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -77,6 +79,11 @@ int main(int argc, char** argv) {
     monitor->add_fused_qkv("h." + std::to_string(l) + ".attn", l, b->c_attn->weight);
     monitor->add_matrix("h." + std::to_string(l) + ".attn.c_proj", "attn_o", l, 0, b->attn_proj->weight, 0, cfg.n_embd);
     monitor->add_matrix("h." + std::to_string(l) + ".mlp.c_fc", "mlp_in", l, 0, b->c_fc->weight, 0, 4 * cfg.n_embd);
+  }
+  if (monitor && activations) {
+    // Each block's output (the residual stream): max |x| and rms per record.
+    for (int64_t l = 0; l < cfg.n_layer; ++l) monitor->add_activation("h." + std::to_string(l) + ".out", l);
+    model->observe = [&monitor](std::size_t l, const torch::Tensor& x) { monitor->observe_activation("h." + std::to_string(l) + ".out", x); };
   }
   if (monitor) monitor->set_cadence("weights", weights_every), monitor->set_cadence("updates", weights_every);
   if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);

@@ -53,7 +53,10 @@ GPTImpl::GPTImpl(const Config& c) : cfg(c) {
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   torch::Tensor x = wte(idx) + wpe(torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device())));
-  for (auto& b : blocks) x = b(x);
+  for (std::size_t l = 0; l < blocks.size(); ++l) {
+    x = blocks[l](x);
+    if (observe) observe(l, x);
+  }
   return lm_head(ln_f(x));
 }
 

@@ -1,6 +1,7 @@
 // GPT-2 in LibTorch (pre-LayerNorm blocks, fused c_attn, GELU MLP, learned positions), with
 // attention through the lpdiag::attention operator in bf16.
 #pragma once
+#include <functional>
 #include <torch/torch.h>
 
 #include <string>
@@ -33,6 +34,8 @@ struct GPTImpl : torch::nn::Module {
   std::vector<Block> blocks;
   torch::nn::LayerNorm ln_f{nullptr};
   torch::nn::Linear lm_head{nullptr};
+  // Called with each block's output during forward (lpdiag: the Monitor's activations).
+  std::function<void(std::size_t layer, const torch::Tensor& out)> observe;
 };
 TORCH_MODULE(GPT);
 

@@ -1,7 +1,7 @@
 """nanoGPT-style character-level GPT-2 training in plain PyTorch, with lpdiag's hooks.
 
 The lines marked `# lpdiag` are all it takes (load the library, route attention through the
-op, create the Monitor with its role map, record each step, close).
+op, create the Monitor with its role map and the activations to watch, record each step, close).
 
     python3 examples/python/train_gpt2.py --lib build/hooks/liblpdiag_torch.so --out out/py.h5
 """
@@ -72,6 +72,8 @@ rank, world = (torch.distributed.get_rank(), torch.distributed.get_world_size())
 mon = torch.classes.lpdiag.Monitor(args.out, args.n_layer, args.n_head, args.n_embd // args.n_head, '{"model":"nanogpt"}', rank, world)  # lpdiag
 for l, b in enumerate(model.blocks):  # lpdiag: role map, GPT-2's fused c_attn
     mon.add_fused_qkv(f"h.{l}.attn", l, b.c_attn.weight)  # lpdiag
+    mon.add_activation(f"h.{l}.out", l)  # lpdiag: each block's output (max |x|, rms)
+    b.register_forward_hook(lambda m, i, o, name=f"h.{l}.out": mon.observe_activation(name, o))  # lpdiag
 first = None
 for step in range(args.steps):
     lr = args.lr * min(1.0, (step + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))
