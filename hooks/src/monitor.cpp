@@ -46,15 +46,16 @@ struct Monitor::Fetch {
   void add(const torch::Tensor& t, double* d) { add(t, std::vector<double*>{d}); }
   // t holds one value per destination, in order.
   void add(const torch::Tensor& t, const std::vector<double*>& d) {
-    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
+    values.push_back(t.detach().reshape({-1}));
     for (double* p : d) dst.push_back({p, nullptr});
   }
   void add(const torch::Tensor& t, const std::vector<float*>& d) {
-    values.push_back(t.detach().reshape({-1}).to(torch::kFloat64));
+    values.push_back(t.detach().reshape({-1}));
     for (float* p : d) dst.push_back({nullptr, p});
   }
   bool empty() const { return values.empty(); }
-  torch::Tensor gather() const { return torch::cat(values); }  // on the values' device
+  // One vector on the values' device, widened once (the statistics are fp32 computations).
+  torch::Tensor gather() const { return torch::cat(values).to(torch::kFloat64); }
   void scatter(const torch::Tensor& host) {
     TORCH_CHECK(host.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", host.numel(), " statistics for ",
                 dst.size(), " fields");
@@ -72,9 +73,8 @@ struct Monitor::Fetch {
 
 struct Monitor::Tracked {
   MatrixSpec spec;
-  torch::Tensor weight;  // the parameter (a view of it is read at each record)
+  torch::Tensor weight;  // the parameter; rows [row0, row1) are this matrix
   int64_t row0 = 0, row1 = 0;
-  torch::Tensor slice() const { return weight.detach().narrow(0, row0, row1 - row0).to(torch::kFloat32); }
 };
 
 // Matrices of one shape and device: their statistics run as one batch (48 of GPT-2 small's 61
@@ -88,11 +88,27 @@ struct Monitor::Group {
   Power whole, delta, heads;
   torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
-  torch::Tensor stack(const std::vector<std::unique_ptr<Tracked>>& all) const {
-    std::vector<torch::Tensor> w;
-    for (std::size_t i : members) w.push_back(all[i]->slice());
-    return torch::stack(w);
+  // (G, rows, cols) in fp32, a copy. The members' row views are made once and remade only if a
+  // parameter's storage moved (model.to(...)): a record then costs one cat, not G slices.
+  torch::Tensor stack(const std::vector<std::unique_ptr<Tracked>>& all) {
+    bool stale = views.size() != members.size();
+    for (std::size_t x = 0; !stale && x < members.size(); ++x) stale = bases[x] != all[members[x]]->weight.data_ptr();
+    if (stale) {
+      views.clear(), bases.clear();
+      for (std::size_t i : members) {
+        const Tracked& m = *all[i];
+        views.push_back(m.weight.detach().narrow(0, m.row0, m.row1 - m.row0));
+        bases.push_back(m.weight.data_ptr());
+      }
+    }
+    torch::Tensor w = torch::cat(views, 0);
+    if (w.scalar_type() != torch::kFloat32) w = w.to(torch::kFloat32);
+    return w.view({static_cast<int64_t>(members.size()), views.front().size(0), views.front().size(1)});
   }
+
+ private:
+  std::vector<torch::Tensor> views;
+  std::vector<const void*> bases;
 };
 
 Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,

@@ -260,6 +260,7 @@ TEST_CASE("Monitor's weight statistics belong to the step they were recorded at"
       REQUIRE(mon->record(s, 1.0, 1e-3, 1.0));
       torch::NoGradGuard g;
       w.add_(0.05 * torch::randn({C, C}).to(dev));  // queued right behind the record's statistics; moves sigma_1 ~0.5%
+      if (s == 2) w.set_data(w.detach().clone());  // new storage, as model.to(...) does: the Monitor must follow it
     }
     mon->close();
     lpdiag::TraceReader r(mon->trace_path());
