@@ -180,6 +180,15 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   }
 }
 
+void bin_ranges(const std::vector<TraceReader>& readers, const std::vector<RowRange>& ranges, std::size_t begin,
+                std::size_t end, BinnedTrace& bt, const std::function<void(std::int64_t)>& rows_done) {
+  for (std::size_t i = begin; i < end;) {
+    RowRange run = ranges[i++];
+    while (i < end && ranges[i].file == run.file && ranges[i].row0 == run.row1) run.row1 = ranges[i++].row1;
+    bin_rows(readers[run.file], run, bt, rows_done);
+  }
+}
+
 void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
   if (into.steps.size() != part.steps.size() || into.head_bins.size() != part.head_bins.size() ||
       into.layer_bins.size() != part.layer_bins.size())
@@ -230,11 +239,10 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
   if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) return bt;
 
   std::int64_t done = 0;
-  for (std::size_t f = 0; f < readers.size(); ++f)
-    detail::bin_rows(readers[f], {f, 0, readers[f].records()}, bt, [&](std::int64_t n) {
-      done += n;
-      if (progress && bt.records > 0) progress(double(done) / double(bt.records));
-    });
+  detail::bin_ranges(readers, ranges, 0, ranges.size(), bt, [&](std::int64_t n) {
+    done += n;
+    if (progress && bt.records > 0) progress(double(done) / double(bt.records));
+  });
   return bt;
 }
 

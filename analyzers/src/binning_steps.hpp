@@ -24,6 +24,10 @@ BinnedTrace plan_bins(const std::vector<std::string>& paths, const std::vector<T
 void bin_rows(const TraceReader& reader, const RowRange& range, BinnedTrace& bt,
               const std::function<void(std::int64_t)>& rows_done);
 
+// bin_rows over ranges[begin, end), consecutive ranges of one file read as one.
+void bin_ranges(const std::vector<TraceReader>& readers, const std::vector<RowRange>& ranges, std::size_t begin,
+                std::size_t end, BinnedTrace& bt, const std::function<void(std::int64_t)>& rows_done);
+
 // Adds `part` (binned with the same plan) into `into`.
 void merge_bins(BinnedTrace& into, const BinnedTrace& part);
 

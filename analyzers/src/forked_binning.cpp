@@ -87,11 +87,7 @@ void load_bins(const char* slot, BinnedTrace& part) {
   auto* head = reinterpret_cast<SlotHeader*>(slot);
   int code = 0;
   try {
-    for (std::size_t i = begin; i < end;) {
-      RowRange run = ranges[i++];  // consecutive ranges of one file, read as one
-      while (i < end && ranges[i].file == run.file && ranges[i].row0 == run.row1) run.row1 = ranges[i++].row1;
-      bin_rows(readers[run.file], run, part, [&](std::int64_t n) { head->rows_done.fetch_add(n, std::memory_order_relaxed); });
-    }
+    bin_ranges(readers, ranges, begin, end, part, [&](std::int64_t n) { head->rows_done.fetch_add(n, std::memory_order_relaxed); });
     save_bins(part, slot);
   } catch (const std::exception& e) {
     std::strncpy(head->message, e.what(), sizeof(head->message) - 1);

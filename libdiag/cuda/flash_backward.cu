@@ -51,11 +51,8 @@ void launch_all(const BwdParams& p, int B, bool causal, bool full, int key_block
 
 void flash_backward(const FlashBackwardArgs& a) {
   using namespace flash;
-  check_shape(a.shape);
   BwdParams p{};
-  p.q = view(a.q, "q");
-  p.k = view(a.k, "k");
-  p.v = view(a.v, "v");
+  set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);
   p.o = view(a.o, "o");
   p.dout = view(a.dout, "dout");
   require(a.lse, "lse");
@@ -76,9 +73,6 @@ void flash_backward(const FlashBackwardArgs& a) {
   p.dq_accum = a.dq_accum;
   p.delta = a.delta;
   p.counters = a.counters;
-  p.H = static_cast<int>(a.shape.H);
-  p.N = static_cast<int>(a.shape.N);
-  p.scale = scale_of(a.shape);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const std::int64_t nd = a.shape.B * a.shape.H * a.shape.N * a.shape.d;
   LPDIAG_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, static_cast<std::size_t>(nd) * sizeof(float), s));

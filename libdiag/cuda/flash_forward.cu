@@ -40,11 +40,8 @@ void by_causal(const FwdParams& p, int B, bool causal, Instrument level, cudaStr
 
 void flash_forward(const FlashForwardArgs& a) {
   using namespace flash;
-  check_shape(a.shape);
   FwdParams p{};
-  p.q = view(a.q, "q");
-  p.k = view(a.k, "k");
-  p.v = view(a.v, "v");
+  set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);
   require(a.o, "o");
   require(a.lse, "lse");
   if (a.instrument != Instrument::off) require(a.counters, "counters (instrumentation is on)");
@@ -53,9 +50,6 @@ void flash_forward(const FlashForwardArgs& a) {
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;
-  p.H = static_cast<int>(a.shape.H);
-  p.N = static_cast<int>(a.shape.N);
-  p.scale = scale_of(a.shape);
   p.fix.kind = a.fix.kind == FixConfig::Kind::none ? 0 : a.fix.kind == FixConfig::Kind::paper ? 1 : 2;
   p.fix.tol = static_cast<float>(a.fix.tol);
   p.fix.beta = static_cast<float>(a.fix.beta);

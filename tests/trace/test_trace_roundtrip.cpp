@@ -58,6 +58,21 @@ TEST_CASE("a trace round-trips: metadata, layout, every series, unmeasured fill,
 
   const auto steps = r.steps(0, n);
   for (int i = 0; i < n; ++i) REQUIRE(steps[i] == 3 * i + 1);
+  {
+    // The buffer-reusing reads agree with series(); counters come as stored (int64), and asking
+    // for a real-valued series as counts is an error, not a silent truncation.
+    const std::string g = "/attention/" + r.attention_layer(2)->name + "/";
+    std::vector<std::int64_t> rows;
+    std::vector<double> sums(3, -1.0);
+    r.read_counts(g + "rows", 1, n - 1, rows);
+    r.read_series(g + "o_err_sum", 1, n - 1, sums);
+    const auto rows_d = r.series(g + "rows", 1, n - 1), sums_d = r.series(g + "o_err_sum", 1, n - 1);
+    REQUIRE(rows.size() == rows_d.size());
+    REQUIRE(sums.size() == sums_d.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) CHECK(static_cast<double>(rows[i]) == rows_d[i]);
+    for (std::size_t i = 0; i < sums.size(); ++i) CHECK((sums[i] == sums_d[i] || (std::isnan(sums[i]) && std::isnan(sums_d[i]))));
+    CHECK_THROWS_AS(r.read_counts(g + "o_err_sum", 0, 1, rows), InvalidArgument);
+  }
   const auto loss = r.series("/scalars/loss", 10, 20);
   for (int i = 0; i < 20; ++i) REQUIRE(loss[i] == fx(3 * (10 + i) + 1, 0));
   // Scalars are read back in name order; look them up by name.

@@ -84,10 +84,8 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   cp_async_commit();
 
   float dv[OT][4], dk[OT][4];
-#pragma unroll
-  for (int t = 0; t < OT; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dv[t][e] = dk[t][e] = 0.f;
+  zero_tiles(dv);
+  zero_tiles(dk);
   const int key[2] = {j0 + warp * 16 + lane / 4, j0 + warp * 16 + lane / 4 + 8};
 
   for (int t = 0; t < n_tiles; ++t) {
@@ -103,10 +101,8 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
 
     // S^T (16 keys x Br queries) and dP^T = V dO^T, both with this warp's keys as rows.
     float s[ST][4], dp[ST][4];
-#pragma unroll
-    for (int n = 0; n < ST; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+    zero_tiles(s);
+    zero_tiles(dp);
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       std::uint32_t ka[4], va[4];
@@ -118,10 +114,8 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
         const int at = b_frag_nk<D>(2 * np, kc, lane);
         ldmatrix_x4(bq, smem_addr(qt + at));
         ldmatrix_x4(bd, smem_addr(dot + at));
-        mma_bf16(s[2 * np], ka, bq[0], bq[1]);
-        mma_bf16(s[2 * np + 1], ka, bq[2], bq[3]);
-        mma_bf16(dp[2 * np], va, bd[0], bd[1]);
-        mma_bf16(dp[2 * np + 1], va, bd[2], bd[3]);
+        mma_bf16_pair(s, np, ka, bq);
+        mma_bf16_pair(dp, np, va, bd);
       }
     }
     // P^T and dS^T in place.
@@ -149,10 +143,8 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
         const int at = b_frag_kn<D>(kc, 2 * np, lane);
         ldmatrix_x4_trans(bd, smem_addr(dot + at));
         ldmatrix_x4_trans(bq, smem_addr(qt + at));
-        mma_bf16(dv[2 * np], pa, bd[0], bd[1]);
-        mma_bf16(dv[2 * np + 1], pa, bd[2], bd[3]);
-        mma_bf16(dk[2 * np], da, bq[0], bq[1]);
-        mma_bf16(dk[2 * np + 1], da, bq[2], bq[3]);
+        mma_bf16_pair(dv, np, pa, bd);
+        mma_bf16_pair(dk, np, da, bq);
       }
     }
     // bf16(dS) to shared memory as [query][key] for dQ = dS K.
@@ -169,10 +161,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
     {
       const int rg = warp % RG, cg = warp / RG;
       float dq[QT][4];
-#pragma unroll
-      for (int q2 = 0; q2 < QT; ++q2)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dq[q2][e] = 0.f;
+      zero_tiles(dq);
 #pragma unroll
       for (int kc = 0; kc < Bc / 16; ++kc) {
         std::uint32_t a[4];
@@ -181,8 +170,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
         for (int np = 0; np < QT / 2; ++np) {
           std::uint32_t bk[4];
           ldmatrix_x4_trans(bk, smem_addr(ks + b_frag_kn<D>(kc, cg * QT + 2 * np, lane)));
-          mma_bf16(dq[2 * np], a, bk[0], bk[1]);
-          mma_bf16(dq[2 * np + 1], a, bk[2], bk[3]);
+          mma_bf16_pair(dq, np, a, bk);
         }
       }
 #pragma unroll

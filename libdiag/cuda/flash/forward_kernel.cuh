@@ -92,16 +92,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   std::uint32_t qf[KC][4];
   float acc[OT][4];
   float acc_hp[Level > 1 ? OT : 1][4];
-#pragma unroll
-  for (int t = 0; t < OT; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[t][e] = 0.f;
-  if constexpr (Level > 1) {
-#pragma unroll
-    for (int t = 0; t < OT; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_hp[t][e] = 0.f;
-  }
+  zero_tiles(acc);
+  if constexpr (Level > 1) zero_tiles(acc_hp);
   float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
   // Counter state per row (every lane of the row's quad holds the same values).
   float row_max[2] = {neg_inf, neg_inf};
@@ -130,18 +122,14 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
       const __nv_bfloat16* kt = ks + (t & 1) * kStage;
       const __nv_bfloat16* vt = vs + (t & 1) * kStage;
       float s[NT][4];
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+      zero_tiles(s);
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           std::uint32_t bfr[4];
           ldmatrix_x4(bfr, smem_addr(kt + b_frag_nk<D>(2 * np, kc, lane)));
-          mma_bf16(s[2 * np], qf[kc], bfr[0], bfr[1]);
-          mma_bf16(s[2 * np + 1], qf[kc], bfr[2], bfr[3]);
+          mma_bf16_pair(s, np, qf[kc], bfr);
         }
       // Scale and mask; the tile max and, for the counters and the fix, how often it occurs.
       float tm[2] = {neg_inf, neg_inf};
@@ -235,13 +223,10 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
         for (int np = 0; np < OT / 2; ++np) {
           std::uint32_t bfr[4];
           ldmatrix_x4_trans(bfr, smem_addr(vt + b_frag_kn<D>(kc, 2 * np, lane)));
-          mma_bf16(acc[2 * np], a, bfr[0], bfr[1]);
-          mma_bf16(acc[2 * np + 1], a, bfr[2], bfr[3]);
+          mma_bf16_pair(acc, np, a, bfr);
           if constexpr (Level > 1) {
-            mma_bf16(acc_hp[2 * np], a, bfr[0], bfr[1]);
-            mma_bf16(acc_hp[2 * np + 1], a, bfr[2], bfr[3]);
-            mma_bf16(acc_hp[2 * np], lo, bfr[0], bfr[1]);
-            mma_bf16(acc_hp[2 * np + 1], lo, bfr[2], bfr[3]);
+            mma_bf16_pair(acc_hp, np, a, bfr);
+            mma_bf16_pair(acc_hp, np, lo, bfr);
           }
         }
       }

@@ -39,6 +39,18 @@ inline void require(const void* p, const char* what) {
   if (!p) throw Error(std::string("flash attention: ") + what + " is null");
 }
 
+// What the forward's and the backward's parameters share: checks the shape and the q, k, v views.
+template <class Params>
+void set_shape_and_inputs(Params& p, const FlashShape& s, const BF16View& q, const BF16View& k, const BF16View& v) {
+  check_shape(s);
+  p.q = view(q, "q");
+  p.k = view(k, "k");
+  p.v = view(v, "v");
+  p.H = static_cast<int>(s.H);
+  p.N = static_cast<int>(s.N);
+  p.scale = scale_of(s);
+}
+
 // Lets `kernel` use `smem` bytes of dynamic shared memory (above the default 48 KB) and asks for
 // the largest shared-memory carveout, so that as many blocks fit as the registers allow. Set on
 // every launch: function attributes belong to the current device.

@@ -37,6 +37,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c[2np] += a * (b[0], b[1]) and c[2np + 1] += a * (b[2], b[3]): the two n8 tiles one
+// ldmatrix_x4 of B fragments feeds.
+template <int T>
+__device__ __forceinline__ void mma_bf16_pair(float (&c)[T][4], int np, const std::uint32_t (&a)[4],
+                                              const std::uint32_t (&b)[4]) {
+  mma_bf16(c[2 * np], a, b[0], b[1]);
+  mma_bf16(c[2 * np + 1], a, b[2], b[3]);
+}
+
+// Zeroes an accumulator of T n8 tiles.
+template <int T>
+__device__ __forceinline__ void zero_tiles(float (&c)[T][4]) {
+#pragma unroll
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[t][e] = 0.f;
+}
+
 // 16 bytes global -> shared; src_bytes < 16 zero-fills the rest (0 for rows past the end).
 __device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "event_type.hpp"
 #include "h5.hpp"
@@ -52,6 +53,7 @@ struct TraceReader::Impl {
   TraceLayout layout;
   std::int64_t records = 0;
   std::map<std::string, std::int64_t> widths;  // every validated series
+  std::set<std::string> integer_series;         // those stored as int64
 
   [[noreturn]] void bad(const std::string& what) const {
     H5Eclear2(H5E_DEFAULT);
@@ -114,6 +116,7 @@ void TraceReader::Impl::open() {
   if (!h5::link_exists(root, "/step")) bad("missing dataset /step");
   records = validate("/step", Elem::i64, 1);
   widths["/step"] = 1;
+  integer_series.insert("/step");
   read_layout();
 }
 
@@ -143,6 +146,7 @@ void TraceReader::Impl::read_layout() {
       bad("datasets have different lengths: " + p + " has " + std::to_string(n) + " rows, /step has " +
           std::to_string(records));
     const_cast<Impl*>(this)->widths[p] = width;
+    if (e == Elem::i64) const_cast<Impl*>(this)->integer_series.insert(p);
   };
   auto children = [&](const std::string& g) -> std::vector<std::string> {
     if (!h5::link_exists(root, g)) return {};
@@ -284,11 +288,7 @@ void TraceReader::read_series(const std::string& p, std::int64_t row0, std::int6
 
 void TraceReader::read_counts(const std::string& p, std::int64_t row0, std::int64_t n, std::vector<std::int64_t>& out) const {
   const std::int64_t w = width(p);
-  {
-    h5::Handle d = impl_->open_dataset(p);
-    h5::Handle t(H5Dget_type(d.get()), H5Tclose);
-    if (H5Tget_class(t.get()) != H5T_INTEGER) throw InvalidArgument(impl_->path + ": " + p + " is not an integer series");
-  }
+  if (!impl_->integer_series.count(p)) throw InvalidArgument(impl_->path + ": " + p + " is not an integer series");
   out.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 0) * w));
   impl_->read_rows(p, row0, n, H5T_NATIVE_INT64, out.data());
 }
