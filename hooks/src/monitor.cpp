@@ -13,9 +13,11 @@ namespace lpdiag::hooks {
 
 // Power iteration on the weight's own device, warm-started from the previous record. It never
 // synchronizes: a cold start runs 30 iterations, a warm start 2 (the weights move little between
-// records; spectral normalization gets by with one per step), and sigma stays a device scalar until record() fetches every value in one copy.
+// records; spectral normalization gets by with one per step), and sigma stays a device scalar
+// until record() fetches every value in one copy.
 // Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
-// Each iteration applies W^T W and normalizes (five kernels); u and sigma come once at the end. Launches, not FLOPs, are what a record costs on the GPU.
+// Each iteration applies W^T W and normalizes (five kernels); u and sigma come once at the end.
+// Launches, not FLOPs, are what a record costs on the GPU.
 struct Power {
   torch::Tensor v, u, sigma;  // v (batch, cols, 1), u (batch, rows, 1), sigma (batch)
   void run(const torch::Tensor& w) {
