@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "clip.hpp"
 #include "data.hpp"
 #include "model.hpp"
 #include "monitor.hpp"
@@ -92,7 +93,13 @@ int main(int argc, char** argv) {
               corpus.tokens.size(), (long long)cfg.vocab, (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
               (long long)cfg.block);
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  // Nothing in a step waits for the device (the loss and the gradient norm stay there), except
+  // the log lines every log_every steps, with or without the Monitor.
+  auto sync = [&] {
+    if (dev.is_cuda()) torch::cuda::synchronize();
+  };
   double first_loss = NAN, last_loss = NAN;
+  torch::Tensor loss;
   const auto t0 = std::chrono::steady_clock::now();
   auto t_steady = t0;
   double record_secs = 0;  // host time inside Monitor::record over the steady state
@@ -100,30 +107,31 @@ int main(int argc, char** argv) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(cur_lr);
-    if (step == timed_from) t_steady = std::chrono::steady_clock::now();
+    if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();
     auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
     const torch::Tensor x = xc.to(dev), y = yc.to(dev);
     torch::Tensor logits = model->forward(x);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+    loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
     opt.zero_grad();
     loss.backward();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
+    const torch::Tensor grad_norm = gpt2::clip_grad_norm(model->parameters(), clip);
     opt.step();
-    const double l = loss.item<double>();
-    if (step == 0) first_loss = l;
-    last_loss = l;
+    if (step == 0) first_loss = loss.item<double>();
     const auto r0 = std::chrono::steady_clock::now();
-    const bool keep = !monitor || monitor->record(step, l, cur_lr, grad_norm);  // lpdiag: one call per step
+    const bool keep = !monitor || monitor->record(step, loss.detach(), cur_lr, grad_norm);  // lpdiag: one call per step
     if (step >= timed_from) record_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     if (!keep) {
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);
       break;
     }
-    if (step % log_every == 0 || step == steps - 1) std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, l, cur_lr, grad_norm);
+    if (step % log_every == 0 || step == steps - 1)
+      std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, loss.item<double>(), cur_lr, grad_norm.item<double>());
   }
   // The steady state ends with the last step: closing the trace (its final flush) happens once
   // per run and is reported on its own, not spread over the timed steps.
+  sync();
   const auto t1 = std::chrono::steady_clock::now();
+  if (loss.defined()) last_loss = loss.item<double>();
   if (monitor) monitor->close();
   const double close_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const double secs = std::chrono::duration<double>(t1 - t0).count();

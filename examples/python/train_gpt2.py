@@ -85,10 +85,10 @@ for step in range(args.steps):
     loss = F.cross_entropy(model(x).view(-1, len(chars)), y.view(-1))
     opt.zero_grad()
     loss.backward()
-    gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     first = first if first is not None else loss.item()
-    if not mon.record(step, loss.item(), lr, gn):  # lpdiag
+    if not mon.record(step, loss.detach(), lr, gn):  # lpdiag: tensors may stay on the device
         break
     if step % 25 == 0:
         print(f"step {step:4d} loss {loss.item():.4f}")

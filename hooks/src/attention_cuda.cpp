@@ -93,31 +93,45 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   return {out.dq, out.dk, out.dv};
 }
 
-std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters() {
+std::vector<DeviceCounterCopy> copy_device_counters() {
   std::lock_guard<std::mutex> lock(board().mu);
+  std::map<std::string, DeviceCounterCopy> by_device;
+  std::map<std::string, std::vector<torch::Tensor>> parts;
+  for (auto& [layer, t] : board().slots) {
+    const std::string dev = t.device().str();
+    by_device[dev].layers.emplace_back(layer, t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters)));
+    parts[dev].push_back(t);
+  }
+  std::vector<DeviceCounterCopy> out;
+  for (auto& [dev, copy] : by_device) {
+    const c10::cuda::CUDAGuard guard(parts[dev].front().device());
+    copy.bytes = torch::cat(parts[dev]);  // a copy, on the current stream
+    for (torch::Tensor& t : parts[dev]) t.zero_();
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+std::map<std::int64_t, std::vector<HeadCounters>> decode_device_counters(
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& layers, const torch::Tensor& host_bytes) {
+  std::int64_t total = 0;
+  for (const auto& [layer, H] : layers) total += H;
+  TORCH_CHECK(host_bytes.device().is_cpu() && host_bytes.scalar_type() == torch::kUInt8 &&
+                  host_bytes.numel() == total * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters)),
+              "lpdiag: device counters arrived with ", host_bytes.numel(), " bytes for ", total, " heads");
+  const torch::Tensor h = host_bytes.contiguous();
+  const auto* bytes = h.data_ptr<std::uint8_t>();
   std::map<std::int64_t, std::vector<HeadCounters>> out;
-  // One device-to-host copy per device for all layers, then the slots are zeroed on the device.
-  std::map<std::string, std::vector<std::int64_t>> by_device;
-  for (auto& [layer, t] : board().slots) by_device[t.device().str()].push_back(layer);
-  for (const auto& [dev, layers] : by_device) {
-    std::vector<torch::Tensor> parts;
-    for (std::int64_t l : layers) parts.push_back(board().slots[l]);
-    const torch::Tensor host = torch::cat(parts).cpu();
-    const auto* bytes = host.data_ptr<std::uint8_t>();
-    for (std::int64_t l : layers) {
-      torch::Tensor& t = board().slots[l];
-      const std::int64_t H = t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
-      std::vector<HeadCounters> heads;
-      bool any = false;
-      for (std::int64_t h = 0; h < H; ++h, bytes += sizeof(lc::DeviceHeadCounters)) {
-        lc::DeviceHeadCounters raw;
-        std::memcpy(&raw, bytes, sizeof raw);
-        heads.push_back(lc::to_head_counters(raw));
-        any = any || heads.back().rows > 0 || heads.back().delta_err_count > 0;
-      }
-      if (any) out[l] = std::move(heads);  // a layer with no call since the last drain stays unmeasured
-      t.zero_();
+  for (const auto& [layer, H] : layers) {
+    std::vector<HeadCounters> heads;
+    bool any = false;
+    for (std::int64_t i = 0; i < H; ++i, bytes += sizeof(lc::DeviceHeadCounters)) {
+      lc::DeviceHeadCounters raw;
+      std::memcpy(&raw, bytes, sizeof raw);
+      heads.push_back(lc::to_head_counters(raw));
+      any = any || heads.back().rows > 0 || heads.back().delta_err_count > 0;
     }
+    if (any) out[layer] = std::move(heads);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lpdiag/attention/attention_config.hpp"
@@ -24,7 +25,17 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q, const
                                                    const AttentionConfig& cfg, const std::string& instrument,
                                                    int64_t layer);
 
-// Copies every layer's device counters to the host, clears them, and returns them by layer.
-std::map<std::int64_t, std::vector<HeadCounters>> drain_device_counters();
+// Every layer's device counters, one copy per device made on the current stream, after which
+// the accumulators are cleared (ordered after the copy). `bytes` holds H DeviceHeadCounters per
+// layer, in the order of `layers` (layer, H); a layer with no call since the last copy is absent
+// after decoding.
+struct DeviceCounterCopy {
+  torch::Tensor bytes;
+  std::vector<std::pair<std::int64_t, std::int64_t>> layers;
+};
+std::vector<DeviceCounterCopy> copy_device_counters();
+// Reads `bytes` of a DeviceCounterCopy once on the host (uint8, same size).
+std::map<std::int64_t, std::vector<HeadCounters>> decode_device_counters(
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& layers, const torch::Tensor& host_bytes);
 
 }  // namespace lpdiag::hooks

@@ -1,8 +1,6 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 
-#ifdef LPDIAG_HOOKS_CUDA
-#include "attention_cuda.hpp"
-#endif
+#include "pending_counters.hpp"
 
 namespace lpdiag::hooks {
 
@@ -13,19 +11,15 @@ CounterSink& CounterSink::instance() {
 
 void CounterSink::add(std::int64_t layer, const std::vector<HeadCounters>& heads) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& dst = pending_[layer];
-  if (dst.empty()) {
-    dst = heads;
-    return;
-  }
-  for (std::size_t h = 0; h < heads.size() && h < dst.size(); ++h) dst[h] += heads[h];
+  add_heads(pending_[layer], heads);
 }
 
 std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain() {
-#ifdef LPDIAG_HOOKS_CUDA
-  // Calls on CUDA keep their counters on the device; they join the host ones here.
-  for (const auto& [layer, heads] : drain_device_counters()) add(layer, heads);
-#endif
+  // Calls on CUDA keep their counters on the device; copied now, they join the host ones.
+  return PendingCounters::take(nullptr).resolve({});
+}
+
+std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain_host() {
   std::lock_guard<std::mutex> lock(mu_);
   auto out = std::move(pending_);
   pending_.clear();

@@ -7,6 +7,7 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
+#include "pending_counters.hpp"
 #include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
@@ -37,7 +38,9 @@ struct Power {
   }
 };
 
-// Device scalars bound for the record, copied to the host together at the end of record().
+// What a record still waits for: device scalars bound for its fields, and the attention counters
+// of the calls since the last record. The Monitor copies everything to the host at once: on a
+// side stream without waiting (CUDA weights), or in line.
 struct Monitor::Fetch {
   struct Dst {
     double* d = nullptr;
@@ -45,6 +48,8 @@ struct Monitor::Fetch {
   };
   std::vector<torch::Tensor> values;
   std::vector<Dst> dst;
+  PendingCounters counters;
+  bool counters_due = false;  // the attention signal is due: the counters go into the record
   void add(const torch::Tensor& t, double* d) { add(t, std::vector<double*>{d}); }
   // t holds one value per destination, in order.
   void add(const torch::Tensor& t, const std::vector<double*>& d) {
@@ -55,21 +60,34 @@ struct Monitor::Fetch {
     values.push_back(t.detach().reshape({-1}));
     for (float* p : d) dst.push_back({nullptr, p});
   }
-  bool empty() const { return values.empty(); }
-  // One vector on the values' device, widened once (the statistics are fp32 computations).
-  torch::Tensor gather() const { return torch::cat(values).to(torch::kFloat64); }
-  void scatter(const torch::Tensor& host) {
-    TORCH_CHECK(host.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", host.numel(), " statistics for ",
-                dst.size(), " fields");
-    const torch::Tensor h = host.to(torch::kFloat64).contiguous();
-    const double* a = h.data_ptr<double>();
-    for (std::size_t i = 0; i < dst.size(); ++i) {
-      if (dst[i].d) *dst[i].d = a[i];
-      else *dst[i].f = static_cast<float>(a[i]);
-    }
+  // The device tensors to copy: the values in one fp64 vector (widened once; the statistics are
+  // fp32 computations), then the raw counters.
+  std::vector<torch::Tensor> parts() const {
+    std::vector<torch::Tensor> p;
+    if (!values.empty()) p.push_back(torch::cat(values).to(torch::kFloat64));
+    if (counters.device_bytes.defined()) p.push_back(counters.device_bytes);
+    return p;
   }
-  void run() {  // in line: one copy, which waits for the device
-    if (!empty()) scatter(gather().cpu());
+  // Given parts() on the host: fills the fields and returns the counters by layer.
+  CountersByLayer land(const std::vector<torch::Tensor>& host) {
+    TORCH_CHECK(host.size() == parts_count(), "lpdiag.Monitor: ", host.size(), " parts arrived for ", parts_count());
+    if (!values.empty()) {
+      const torch::Tensor h = host.front().to(torch::kFloat64).contiguous();
+      TORCH_CHECK(h.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", h.numel(), " statistics for ",
+                  dst.size(), " fields");
+      const double* a = h.data_ptr<double>();
+      for (std::size_t i = 0; i < dst.size(); ++i) {
+        if (dst[i].d) *dst[i].d = a[i];
+        else *dst[i].f = static_cast<float>(a[i]);
+      }
+    }
+    return counters.resolve(counters.device_bytes.defined() ? host.back() : torch::Tensor());
+  }
+  std::size_t parts_count() const { return (values.empty() ? 0 : 1) + (counters.device_bytes.defined() ? 1 : 0); }
+  CountersByLayer land_in_line() {  // one copy per part, which waits for the device
+    std::vector<torch::Tensor> host;
+    for (const torch::Tensor& p : parts()) host.push_back(p.cpu());
+    return land(host);
   }
 };
 
@@ -283,39 +301,61 @@ void Monitor::update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
 }
 
 bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
-  torch::NoGradGuard no_grad;
-  if (!writer_) open_writer();
-  finish_pending();  // the previous step's statistics have long landed
-  auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
-  r->scalars[0] = loss;
-  r->scalars[1] = lr;
-  r->scalars[2] = grad_norm;
-  auto due = [&](const char* s) { return step % cadence_[s] == 0; };
-  const auto counters = CounterSink::instance().drain();
-  if (due("attention")) {
-    for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
-      auto it = counters.find(layout_.attention[l].layer_index);
-      if (it == counters.end() || static_cast<int64_t>(it->second.size()) != n_head_) continue;
-      for (std::size_t h = 0; h < it->second.size(); ++h) {
-        HeadCounters c = it->second[h];
-        if (c.o_err_count <= 0) c.o_err_count = c.o_err_pos = c.o_err_neg = -1, c.o_err_sum = c.o_err_sumsq = NAN;
-        if (c.delta_err_count <= 0) c.delta_err_count = c.delta_err_pos = c.delta_err_neg = -1, c.delta_err_sum = c.delta_err_sumsq = NAN;
-        r->attention[l][h] = c;
-        if (capture_rate_ >= 0 && captures_left_ > 0 && c.rows > 0 && double(c.repeated_max_rows) / double(c.rows) > capture_rate_) {
-          request_capture(layout_.attention[l].layer_index, step + 1);
-          --captures_left_;
-        }
+  return record(step, torch::scalar_tensor(loss, torch::kFloat64), lr, torch::scalar_tensor(grad_norm, torch::kFloat64));
+}
+
+void Monitor::start() {
+  open_writer();
+  group_matrices();
+  // A side stream when every matrix lives on one CUDA device; otherwise in line.
+  bool one_cuda = !matrices_.empty();
+  for (const auto& m : matrices_) one_cuda = one_cuda && m->weight.is_cuda() && m->weight.device() == matrices_.front()->weight.device();
+  if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->weight.device());
+}
+
+void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int64_t next_step) {
+  for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
+    auto it = counters.find(layout_.attention[l].layer_index);
+    if (it == counters.end() || static_cast<int64_t>(it->second.size()) != n_head_) continue;
+    for (std::size_t h = 0; h < it->second.size(); ++h) {
+      HeadCounters c = it->second[h];
+      if (c.o_err_count <= 0) c.o_err_count = c.o_err_pos = c.o_err_neg = -1, c.o_err_sum = c.o_err_sumsq = NAN;
+      if (c.delta_err_count <= 0) c.delta_err_count = c.delta_err_pos = c.delta_err_neg = -1, c.delta_err_sum = c.delta_err_sumsq = NAN;
+      r.attention[l][h] = c;
+      if (next_step >= 0 && capture_rate_ >= 0 && captures_left_ > 0 && c.rows > 0 && double(c.repeated_max_rows) / double(c.rows) > capture_rate_) {
+        request_capture(layout_.attention[l].layer_index, next_step);
+        --captures_left_;
       }
     }
   }
-  if (groups_.empty()) {
-    group_matrices();
-    // A side stream when every matrix lives on one CUDA device; otherwise in line.
-    bool one_cuda = !matrices_.empty();
-    for (const auto& m : matrices_) one_cuda = one_cuda && m->weight.is_cuda() && m->weight.device() == matrices_.front()->weight.device();
-    if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->weight.device());
-  }
+}
+
+bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const torch::Tensor& grad_norm) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(loss.numel() == 1 && grad_norm.numel() == 1, "lpdiag.Monitor.record: loss and grad_norm must be scalars, got ",
+              loss.sizes(), " and ", grad_norm.sizes());
+  TORCH_CHECK(loss.is_floating_point() && grad_norm.is_floating_point(),
+              "lpdiag.Monitor.record: loss and grad_norm must be floating point, got ", loss.scalar_type(), " and ",
+              grad_norm.scalar_type());
+  if (!writer_) start();
+  finish_pending(step + 1);  // the previous step's statistics have long landed
+  auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
   auto fetch = std::make_unique<Fetch>();
+  // The loss and gradient norm of a CUDA run come with the statistics, so record() never waits
+  // for the device; with stop_on_nan the loss is read now (a wait) to stop at this very step.
+  auto scalar = [&](const torch::Tensor& t, double* dst, bool now) {
+    if (now || !stream_ || !t.is_cuda()) *dst = t.item<double>();
+    else fetch->add(t, dst);
+  };
+  scalar(loss, &r->scalars[0], stop_on_nan_);
+  r->scalars[1] = lr;
+  scalar(grad_norm, &r->scalars[2], false);
+  auto due = [&](const char* s) { return step % cadence_[s] == 0; };
+  const torch::Device* async_device = nullptr;
+  torch::Device stream_device = matrices_.empty() ? torch::Device(torch::kCPU) : matrices_.front()->weight.device();
+  if (stream_) async_device = &stream_device;
+  fetch->counters = PendingCounters::take(async_device);  // drained every step; kept when due
+  fetch->counters_due = due("attention");
   const bool stats = due("weights") || due("updates");
   // The copies are taken on the training stream, so the next optimizer step cannot race them.
   std::vector<torch::Tensor> stacked;
@@ -336,37 +376,41 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
         if (stream_) stream_->keep(it->second);
         fetch->add(it->second, std::vector<float*>{&r->activations[i].max_abs, &r->activations[i].rms});
       }
-    if (stream_ && !fetch->empty()) stream_->fetch(fetch->gather());
+    if (stream_) {
+      for (const torch::Tensor& t : fetch->values) stream_->keep(t);
+      if (fetch->counters.device_bytes.defined()) stream_->keep(fetch->counters.device_bytes);
+      stream_->fetch(fetch->parts());
+    }
   }
   activation_values_.clear();
   for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
-  const bool finite = std::isfinite(loss);
-  if (!finite) writer_->add_event({step, "nan_inf", -1, -1, loss, "loss is not finite"});
+  const bool stop = stop_on_nan_ && !std::isfinite(r->scalars[0]);
   pending_record_ = std::move(r);
   pending_fetch_ = std::move(fetch);
   ++records_;
-  if (!stream_ || !finite) finish_pending();  // in line, or a run that may stop here
-  if (!finite && stop_on_nan_) {
+  if (!stream_ || stop) finish_pending(step + 1);  // in line, or a run that stops here
+  if (stop) {
     writer_->flush();
     return false;
   }
   return true;
 }
 
-void Monitor::finish_pending() {
+void Monitor::finish_pending(int64_t next_step) {
   if (!pending_record_) return;
-  if (!pending_fetch_->empty()) {
-    if (stream_) pending_fetch_->scatter(stream_->wait());
-    else pending_fetch_->run();
-  }
-  writer_->append(*pending_record_);
+  TraceRecord& r = *pending_record_;
+  Fetch& f = *pending_fetch_;
+  const CountersByLayer counters = stream_ && f.parts_count() > 0 ? f.land(stream_->wait()) : f.land_in_line();
+  if (f.counters_due) add_attention(r, counters, next_step);
+  if (!std::isfinite(r.scalars[0])) writer_->add_event({r.step, "nan_inf", -1, -1, r.scalars[0], "loss is not finite"});
+  writer_->append(r);
   pending_record_.reset();
   pending_fetch_.reset();
 }
 
 void Monitor::close() {
   if (!writer_) return;
-  finish_pending();
+  finish_pending(-1);  // no step follows: a capture would never be written
   writer_->close();
 }
 

@@ -43,6 +43,11 @@ class Monitor : public torch::CustomClassHolder {
   // Records step `step`. Returns false when training should stop (non-finite loss and
   // stop_on_nan). With weights on CUDA the statistics run on a side stream and the record is
   // appended at the next record() or close(); a crash loses at most that one record.
+  // loss and grad_norm may stay on the device (scalar tensors): then record() never waits for
+  // the device, and a non-finite loss is seen when the record lands (its event keeps the step).
+  // With stop_on_nan the loss is read at once, which waits, so the run stops at that step.
+  // A capture trigger fires at the first step whose forward has not run when the counters land.
+  bool record(int64_t step, const torch::Tensor& loss, double lr, const torch::Tensor& grad_norm);
   bool record(int64_t step, double loss, double lr, double grad_norm);
   void close();
   std::string trace_path() const { return path_; }
@@ -51,14 +56,17 @@ class Monitor : public torch::CustomClassHolder {
  private:
   struct Tracked;
   void open_writer();
+  void start();  // at the first record: the writer, the groups, the side stream
   struct Fetch;
   struct Group;
   void group_matrices();
   // `w`: the group's matrices stacked, (G, rows, cols), taken once per record.
   void weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
   void update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
-  // Appends the record whose statistics are still on their way, once they have landed.
-  void finish_pending();
+  // Appends the record whose statistics are still on their way, once they have landed; a
+  // capture trigger then asks for step `next_step` (none when negative).
+  void finish_pending(int64_t next_step);
+  void add_attention(TraceRecord& r, const std::map<std::int64_t, std::vector<HeadCounters>>& counters, int64_t next_step);
 
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;

@@ -5,6 +5,15 @@
 #include "attention_op.hpp"
 #include "monitor.hpp"
 
+namespace {
+torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
+  if (v.isTensor()) return v.toTensor();
+  TORCH_CHECK(v.isDouble() || v.isInt(), "lpdiag.Monitor.record: ", name, " must be a float or a scalar tensor, got ",
+              v.tagKind());
+  return torch::scalar_tensor(v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt()), torch::kFloat64);
+}
+}  // namespace
+
 TORCH_LIBRARY(lpdiag, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
         "str instrument='counters', int layer_index=-1) -> Tensor",
@@ -21,7 +30,12 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("set_stop_on_nan", &Monitor::set_stop_on_nan)
       .def("set_capture_trigger", &Monitor::set_capture_trigger)
       .def("request_capture", &Monitor::request_capture)
-      .def("record", &Monitor::record)
+      // loss and grad_norm: Python floats, or scalar tensors that may stay on the device.
+      .def("record",
+           [](const c10::intrusive_ptr<Monitor>& self, int64_t step, const c10::IValue& loss, double lr,
+              const c10::IValue& grad_norm) {
+             return self->record(step, scalar_argument(loss, "loss"), lr, scalar_argument(grad_norm, "grad_norm"));
+           })
       .def("close", &Monitor::close)
       .def("trace_path", &Monitor::trace_path)
       .def("records", &Monitor::records);

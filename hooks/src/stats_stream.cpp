@@ -32,12 +32,15 @@ class CudaStatsStream final : public StatsStream {
   void keep(const torch::Tensor& t) override {
     if (t.defined() && t.is_cuda()) t.record_stream(side_);
   }
-  void fetch(const torch::Tensor& values) override {
-    host_ = torch::empty({values.numel()}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(true));
-    host_.copy_(values.to(torch::kFloat64), /*non_blocking=*/true);
+  void fetch(const std::vector<torch::Tensor>& parts) override {
+    host_.clear();
+    for (const torch::Tensor& p : parts) {
+      host_.push_back(torch::empty(p.sizes(), p.options().device(torch::kCPU).pinned_memory(true)));
+      host_.back().copy_(p, /*non_blocking=*/true);
+    }
     done_.record(side_);
   }
-  torch::Tensor wait() override {
+  std::vector<torch::Tensor> wait() override {
     done_.synchronize();
     return host_;
   }
@@ -46,7 +49,7 @@ class CudaStatsStream final : public StatsStream {
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream side_;
   at::cuda::CUDAEvent done_;
-  torch::Tensor host_;
+  std::vector<torch::Tensor> host_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <vector>
 
 namespace lpdiag::hooks {
 
@@ -26,10 +27,10 @@ class StatsStream {
   };
   virtual std::unique_ptr<Scope> enter() = 0;
   virtual void keep(const torch::Tensor& t) = 0;
-  // Inside a scope: copy `values` (a device vector) to pinned host memory, asynchronously.
-  virtual void fetch(const torch::Tensor& values) = 0;
-  // Blocks until the last fetch() has landed; its host values (float64), in order.
-  virtual torch::Tensor wait() = 0;
+  // Inside a scope: copy `parts` (device tensors) to pinned host memory, asynchronously.
+  virtual void fetch(const std::vector<torch::Tensor>& parts) = 0;
+  // Blocks until the last fetch() has landed; its host copies, in order, dtypes kept.
+  virtual std::vector<torch::Tensor> wait() = 0;
 };
 
 }  // namespace lpdiag::hooks

@@ -1,4 +1,4 @@
-"""Bad arguments to torch.ops.lpdiag.attention raise RuntimeError naming the argument, from Python,
+"""Bad arguments to torch.ops.lpdiag.attention (and Monitor.record) raise RuntimeError naming the argument, from Python,
 and the process survives (a private static libstdc++ in our libraries once made it abort here).
 On a machine with CUDA and the kernels, the CUDA path's checks are exercised too.
     op_errors.py LIBRARY"""
@@ -39,6 +39,16 @@ if torch.cuda.is_available():
         failures += 1
     except RuntimeError as e:
         print("ok   cuda head dim 32:", str(e).splitlines()[0][:120])
+# Monitor.record takes floats or scalar tensors for the loss and gradient norm, nothing else.
+import os
+import tempfile
+mon = torch.classes.lpdiag.Monitor(os.path.join(tempfile.mkdtemp(), "rec.h5"), 1, 2, 32, "{}", 0, 1)
+mon.add_fused_qkv("blk0", 0, torch.randn(192, 64))
+expect_error("string loss", lambda: mon.record(0, "low", 1e-3, 1.0), "loss must be a float or a scalar tensor")
+expect_error("vector grad_norm", lambda: mon.record(0, 1.0, 1e-3, torch.ones(2)), "must be scalars")
+expect_error("integer tensor loss", lambda: mon.record(0, torch.tensor(3), 1e-3, 1.0), "floating point")
+assert mon.record(0, torch.tensor(2.5), 1e-3, 0.5) and mon.record(1, 2.0, 1e-3, torch.tensor(0.25))
+mon.close()
 # Still alive and still working after the errors.
 o = att(q.bfloat16(), q.bfloat16(), q.bfloat16(), True, "fa2", "none", "counters", 0)
 assert o.shape == q.shape

@@ -272,3 +272,49 @@ TEST_CASE("Monitor's weight statistics belong to the step they were recorded at"
     }
   }
 }
+
+TEST_CASE("Monitor's loss, gradient norm and counters left on the device belong to their step", "[hooks][monitor]") {
+  // On CUDA record() takes the loss, the gradient norm and the op's counters without waiting:
+  // they land with the statistics at the next record(). Each record must still hold its own
+  // step's values, and a non-finite loss its event at its own step, with training going on
+  // (stop_on_nan off). Runs on the CPU (in line) always, and on CUDA where a device is visible.
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  for (const auto& dev : devices) {
+    INFO("device " << dev.str());
+    lpdiag::hooks::CounterSink::instance().drain();
+    const int64_t H = 2, N = 16, d = 64, steps = 6, nan_step = 4, tie_step = 3;
+    torch::Tensor w = torch::randn({3 * H * d, H * d}).to(dev);
+    auto mon = c10::make_intrusive<Monitor>(tmp("deferred-" + std::string(dev.is_cuda() ? "cuda" : "cpu") + ".h5"), 1, H, d, "{}", 0, 1);
+    mon->add_fused_qkv("blk0", 0, w);
+    const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(dev);
+    for (int64_t s = 0; s < steps; ++s) {
+      // q = 0 at tie_step: every score of every row is 0, so every row's maximum repeats.
+      const torch::Tensor q = s == tie_step ? torch::zeros({1, H, N, d}, bf16) : torch::randn({1, H, N, d}, bf16);
+      const torch::Tensor k = torch::randn({1, H, N, d}, bf16), v = torch::randn({1, H, N, d}, bf16);
+      (void)attention(q, k, v, false, "fa2", "none", "counters", 0);
+      const torch::Tensor loss = torch::full({}, s == nan_step ? NAN : 1.0 + double(s), torch::TensorOptions().device(dev));
+      const torch::Tensor grad_norm = torch::full({}, 0.25 * double(s), torch::TensorOptions().device(dev));
+      REQUIRE(mon->record(s, loss, 1e-3, grad_norm));
+    }
+    mon->close();
+    lpdiag::TraceReader r(mon->trace_path());
+    REQUIRE(r.records() == steps);
+    const auto loss = r.series("/scalars/loss", 0, steps), gn = r.series("/scalars/grad_norm", 0, steps);
+    const auto all = r.attention(0, 0, steps);  // steps x H, row-major
+    for (int64_t s = 0; s < steps; ++s) {
+      const auto& c = all[static_cast<std::size_t>(s * H + 1)];  // head 1
+      INFO("step " << s << ": loss " << loss[s] << " grad_norm " << gn[s] << " repeated-max rows " << c.repeated_max_rows);
+      if (s == nan_step) CHECK(std::isnan(loss[s]));
+      else CHECK(loss[s] == 1.0 + double(s));  // exact: small integers in fp32
+      CHECK(gn[s] == 0.25 * double(s));
+      CHECK(c.rows == N);
+      // Random bf16 scores rarely tie at a row's maximum; all 16 rows tying marks tie_step.
+      if (s == tie_step) CHECK(c.repeated_max_rows == N);
+      else CHECK(c.repeated_max_rows < N);
+    }
+    int nan_events = 0;
+    for (const auto& e : r.events()) nan_events += e.kind == "nan_inf" && e.step == nan_step;
+    CHECK(nan_events == 1);
+  }
+}
