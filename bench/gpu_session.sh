@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [ncu] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [ncu] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -90,6 +90,18 @@ for s in "$@"; do
         done
       done | tee "$OUT/gpt2ab.log"
       rm -f "$OUT"/ab.h5 ;;
+    gpt2parts)
+      # Where the overhead over lpdiag-off goes: counters alone, and the Monitor without
+      # activations or without weight and update statistics, interleaved twice.
+      G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 40 --timed-from 10"
+      for rep in 1 2; do
+        for cfg in "off:--instrument off --no-monitor" "ctr:--instrument counters --no-monitor" "hooks:--instrument counters" \
+                   "noact:--instrument counters --no-activations" "w1000:--instrument counters --weights-every 1000"; do
+          name=${cfg%%:*}; args=${cfg#*:}
+          echo "$rep $name $(timeout 200 $G $args --out "$OUT/parts.h5" 2>&1 | grep steady)"
+        done
+      done | tee "$OUT/gpt2parts.log"
+      rm -f "$OUT"/parts.h5 ;;
     python)
       stage "python: load and one op call on cuda"
       ldd $B/hooks/liblpdiag_torch.so | grep -E "cudart|c10|torch_cuda" | tee "$OUT/ldd.txt"

@@ -1,8 +1,10 @@
 #include "monitor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "lpdiag/error.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
@@ -15,10 +17,12 @@ namespace lpdiag::hooks {
 // Power iteration on the weight's own device, warm-started from the previous record. It never
 // synchronizes: a cold start runs 30 iterations, a warm start 2 (the weights move little between
 // records; spectral normalization gets by with one per step), and sigma stays a device scalar
-// until record() fetches every value in one copy.
+// until the record's values are fetched together.
 // Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
-// Each iteration applies W^T W and normalizes (five kernels); u and sigma come once at the end.
-// Launches, not FLOPs, are what a record costs on the GPU.
+// Each iteration reads W twice (y = W v, x = W^T y); nothing else does: the last iteration's y
+// and x give u = y / |y| and sigma = |x| / |y| = |W^T u|, which is the better of the two estimates
+// at hand (its error is (sigma_2^2 - sigma_2^4 / sigma_1^2) / (sigma_1^2 - sigma_2^2) times that
+// of |W v|). The weights' passes, not FLOPs, are what a record costs on the GPU.
 struct Power {
   torch::Tensor v, u, sigma;  // v (batch, cols, 1), u (batch, rows, 1), sigma (batch)
   void run(const torch::Tensor& w) {
@@ -26,15 +30,16 @@ struct Power {
     if (cold) v = torch::ones({w.size(0), w.size(2), 1}, w.options()) / std::sqrt(double(w.size(2)));
     const double tiny = 1e-30;
     const torch::Tensor wt = w.transpose(1, 2);
+    torch::Tensor y, x, xn;
     for (int it = 0, n = cold ? 30 : 2; it < n; ++it) {
-      const torch::Tensor x = torch::bmm(wt, torch::bmm(w, v));
-      v = x / (x.norm(2, {1, 2}, true) + tiny);
+      y = torch::bmm(w, v);
+      x = torch::bmm(wt, y);
+      xn = x.norm(2, {1, 2}, true);
+      v = x / (xn + tiny);
     }
-    // sigma = |W^T u| with u = W v / |W v|: the better of the two estimates at hand (its error
-    // is (sigma_2^2 - sigma_2^4 / sigma_1^2) / (sigma_1^2 - sigma_2^2) times that of |W v|).
-    u = torch::bmm(w, v);
-    u = u / (u.norm(2, {1, 2}, true) + tiny);
-    sigma = torch::bmm(wt, u).norm(2, {1, 2});
+    const torch::Tensor yn = y.norm(2, {1, 2}, true);
+    u = y / (yn + tiny);
+    sigma = (xn / (yn + tiny)).reshape({-1});  // 0 for a zero matrix
   }
 };
 
@@ -102,9 +107,8 @@ struct Monitor::Tracked {
 // members with heads (one head count per group) also get the per-head norms.
 struct Monitor::Group {
   std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices); one shape
-  std::vector<int64_t> headed;       // positions in `members` of the matrices with heads
+  int64_t headed = 0;                // the first `headed` members have heads (and come first)
   int64_t n_heads = 0;               // their head count
-  torch::Tensor headed_index;        // `headed` on the device, when not every member has heads
   Power whole, delta, heads;
   torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
@@ -192,8 +196,12 @@ void Monitor::add_activation(std::string name, int64_t layer) {
 void Monitor::observe_activation(std::string name, torch::Tensor x) {
   torch::NoGradGuard g;
   // Device scalars, no synchronization: record() fetches them with everything else.
-  const torch::Tensor f = x.detach().to(torch::kFloat32);
-  activation_values_[name] = torch::stack({f.abs().max(), f.pow(2).mean().sqrt()});
+  // Two reading passes in fp32, no temporaries: max |x| = |x|_inf, rms = |x|_2 / sqrt(n).
+  const torch::Tensor f = x.detach();
+  const double inf = std::numeric_limits<double>::infinity();
+  activation_values_[name] = torch::stack({torch::linalg_vector_norm(f, inf, c10::nullopt, false, torch::kFloat32),
+                                           torch::linalg_vector_norm(f, 2, c10::nullopt, false, torch::kFloat32) /
+                                               std::sqrt(static_cast<double>(std::max<int64_t>(1, f.numel())))});
 }
 
 void Monitor::set_cadence(std::string signal, int64_t every) {
@@ -251,12 +259,12 @@ void Monitor::group_matrices() {
       groups_.push_back(std::make_unique<Group>());
     }
     Group& g = *groups_[it->second];
-    if (m.spec.n_heads > 0) g.headed.push_back(static_cast<int64_t>(g.members.size())), g.n_heads = m.spec.n_heads;
+    if (m.spec.n_heads > 0) ++g.headed, g.n_heads = m.spec.n_heads;
     g.members.push_back(i);
   }
+  // Matrices with heads first: their per-head norms then read a leading slice of the stack.
   for (auto& g : groups_)
-    if (!g->headed.empty() && g->headed.size() < g->members.size())
-      g->headed_index = torch::tensor(g->headed, torch::kLong).to(matrices_[g->members.front()]->weight.device());
+    std::stable_partition(g->members.begin(), g->members.end(), [&](std::size_t i) { return matrices_[i]->spec.n_heads > 0; });
 }
 
 void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
@@ -270,11 +278,11 @@ void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
   f.add(g.whole.sigma, sn);
   f.add(fro, fr);
   f.add(fro * fro / (g.whole.sigma * g.whole.sigma), sr);  // NaN for a zero matrix
-  if (!g.headed.empty()) {
-    for (int64_t x : g.headed)
+  if (g.headed > 0) {
+    for (int64_t x = 0; x < g.headed; ++x)
       for (auto& h : r.weights[g.members[static_cast<std::size_t>(x)]].head_spectral_norm) hs.push_back(&h);
-    const torch::Tensor wh = g.headed_index.defined() ? w.index_select(0, g.headed_index) : w;
-    g.heads.run(wh.reshape({-1, w.size(1) / g.n_heads, w.size(2)}));  // (headed * heads, rows / heads, cols)
+    // (headed * heads, rows / heads, cols): a view of the stack's leading matrices.
+    g.heads.run(w.narrow(0, 0, g.headed).reshape({-1, w.size(1) / g.n_heads, w.size(2)}));
     f.add(g.heads.sigma, hs);
   }
 }
