@@ -103,13 +103,16 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t_steady = t0;
   double record_secs = 0;  // host time inside Monitor::record over the steady state
+  double copy_secs = 0;    // host time in the batch's copy to the device, which waits for the last step
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(cur_lr);
     if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();
     auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
+    const auto c0 = std::chrono::steady_clock::now();
     const torch::Tensor x = xc.to(dev), y = yc.to(dev);
+    if (step >= timed_from) copy_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     torch::Tensor logits = model->forward(x);
     loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
     opt.zero_grad();
@@ -138,9 +141,10 @@ int main(int argc, char** argv) {
   if (steps > timed_from + 1) {
     const double ss = std::chrono::duration<double>(t1 - t_steady).count();
     const double n = double(steps - timed_from);
-    std::printf("steady state (steps %lld..%lld): %.2f ms/step, %.0f tokens/s, of which Monitor::record %.2f ms/step; closing the trace %.1f ms\n",
+    std::printf("steady state (steps %lld..%lld): %.2f ms/step, %.0f tokens/s, of which Monitor::record %.2f ms/step, "
+                "waiting at the batch copy %.2f ms/step; closing the trace %.1f ms\n",
                 (long long)timed_from, (long long)steps - 1, 1e3 * ss / n, n * double(batch * cfg.block) / ss, 1e3 * record_secs / n,
-                close_ms);
+                1e3 * copy_secs / n, close_ms);
   }
   std::printf("trained %lld steps in %.1f s (%.1f ms/step, %.0f tokens/s); loss %.4f -> %.4f; trace %s\n", (long long)steps, secs,
               1e3 * secs / double(steps), double(steps * batch * cfg.block) / secs, first_loss, last_loss, monitor ? monitor->trace_path().c_str() : "(no monitor)");
