@@ -9,39 +9,11 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
+#include "matrix_group.hpp"
 #include "pending_counters.hpp"
 #include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
-
-// Power iteration on the weight's own device, warm-started from the previous record. It never
-// synchronizes: a cold start runs 30 iterations, a warm start 2 (the weights move little between
-// records; spectral normalization gets by with one per step), and sigma stays a device scalar
-// until the record's values are fetched together.
-// Batched: w is (batch, rows, cols), one independent iteration per matrix (the heads of W_Q).
-// Each iteration reads W twice (y = W v, x = W^T y); nothing else does: the last iteration's y
-// and x give u = y / |y| and sigma = |x| / |y| = |W^T u|, which is the better of the two estimates
-// at hand (its error is (sigma_2^2 - sigma_2^4 / sigma_1^2) / (sigma_1^2 - sigma_2^2) times that
-// of |W v|). The weights' passes, not FLOPs, are what a record costs on the GPU.
-struct Power {
-  torch::Tensor v, u, sigma;  // v (batch, cols, 1), u (batch, rows, 1), sigma (batch)
-  void run(const torch::Tensor& w) {
-    const bool cold = !v.defined() || v.size(0) != w.size(0) || v.size(1) != w.size(2);
-    if (cold) v = torch::ones({w.size(0), w.size(2), 1}, w.options()) / std::sqrt(double(w.size(2)));
-    const double tiny = 1e-30;
-    const torch::Tensor wt = w.transpose(1, 2);
-    torch::Tensor y, x, xn;
-    for (int it = 0, n = cold ? 30 : 2; it < n; ++it) {
-      y = torch::bmm(w, v);
-      x = torch::bmm(wt, y);
-      xn = x.norm(2, {1, 2}, true);
-      v = x / (xn + tiny);
-    }
-    const torch::Tensor yn = y.norm(2, {1, 2}, true);
-    u = y / (yn + tiny);
-    sigma = (xn / (yn + tiny)).reshape({-1});  // 0 for a zero matrix
-  }
-};
 
 // What a record still waits for: device scalars bound for its fields, and the attention counters
 // of the calls since the last record. The Monitor copies everything to the host at once: on a
@@ -55,6 +27,9 @@ struct Monitor::Fetch {
   std::vector<Dst> dst;
   PendingCounters counters;
   bool counters_due = false;  // the attention signal is due: the counters go into the record
+  // A replayed graph's values land in its template record; these parts of it are then copied.
+  const TraceRecord* from_template = nullptr;
+  bool template_weights = false, template_updates = false;
   void add(const torch::Tensor& t, double* d) { add(t, std::vector<double*>{d}); }
   // t holds one value per destination, in order.
   void add(const torch::Tensor& t, const std::vector<double*>& d) {
@@ -64,6 +39,10 @@ struct Monitor::Fetch {
   void add(const torch::Tensor& t, const std::vector<float*>& d) {
     values.push_back(t.detach().reshape({-1}));
     for (float* p : d) dst.push_back({nullptr, p});
+  }
+  void add(const torch::Tensor& t, const std::vector<Dst>& d) {
+    values.push_back(t.detach().reshape({-1}));
+    dst.insert(dst.end(), d.begin(), d.end());
   }
   // The device tensors to copy: the values in one fp64 vector (widened once; the statistics are
   // fp32 computations), then the raw counters.
@@ -102,37 +81,15 @@ struct Monitor::Tracked {
   int64_t row0 = 0, row1 = 0;
 };
 
-// Matrices of one shape and device: their statistics run as one batch (48 of GPT-2 small's 61
-// matrices are 768 x 768), so a record costs a few dozen kernel launches, not thousands. The
-// members with heads (one head count per group) also get the per-head norms.
-struct Monitor::Group {
-  std::vector<std::size_t> members;  // indices into matrices_ (and the layout's matrices); one shape
-  int64_t headed = 0;                // the first `headed` members have heads (and come first)
-  int64_t n_heads = 0;               // their head count
-  Power whole, delta, heads;
-  torch::Tensor prev;            // (G, rows, cols): W at the previous update record, all update stats need
-  torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
-  // (G, rows, cols) in fp32, a copy. The members' row views are made once and remade only if a
-  // parameter's storage moved (model.to(...)): a record then costs one cat, not G slices.
-  torch::Tensor stack(const std::vector<std::unique_ptr<Tracked>>& all) {
-    bool stale = views.size() != members.size();
-    for (std::size_t x = 0; !stale && x < members.size(); ++x) stale = bases[x] != all[members[x]]->weight.data_ptr();
-    if (stale) {
-      views.clear(), bases.clear();
-      for (std::size_t i : members) {
-        const Tracked& m = *all[i];
-        views.push_back(m.weight.detach().narrow(0, m.row0, m.row1 - m.row0));
-        bases.push_back(m.weight.data_ptr());
-      }
-    }
-    torch::Tensor w = torch::cat(views, 0);
-    if (w.scalar_type() != torch::kFloat32) w = w.to(torch::kFloat32);
-    return w.view({static_cast<int64_t>(members.size()), views.front().size(0), views.front().size(1)});
-  }
-
- private:
-  std::vector<torch::Tensor> views;
-  std::vector<const void*> bases;
+// The statistics of every group for one combination of due signals, captured once the groups
+// are steady: the stack copies (replayed on the training stream, so the optimizer cannot race
+// them) and the statistics (replayed on the side stream). Replaying costs two launches instead
+// of ~60 per group; on a training loop whose host is the bottleneck that is the whole cost.
+struct Monitor::StatsGraph {
+  std::unique_ptr<StatsStream::Graph> stack, stats;
+  std::unique_ptr<TraceRecord> tmpl;  // the captured fields point into it
+  torch::Tensor out;                  // the values, fp64, in the order of dst
+  std::vector<Fetch::Dst> dst;
 };
 
 Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
@@ -256,23 +213,21 @@ void Monitor::group_matrices() {
     }
     if (it == by_key.end()) {
       it = by_key.emplace(key, groups_.size()).first;
-      groups_.push_back(std::make_unique<Group>());
+      groups_.push_back(std::make_unique<MatrixGroup>());
     }
-    Group& g = *groups_[it->second];
+    MatrixGroup& g = *groups_[it->second];
     if (m.spec.n_heads > 0) ++g.headed, g.n_heads = m.spec.n_heads;
-    g.members.push_back(i);
+    g.members.push_back({i, m.weight, m.row0, m.row1, m.spec.n_heads > 0});
   }
-  // Matrices with heads first: their per-head norms then read a leading slice of the stack.
-  for (auto& g : groups_)
-    std::stable_partition(g->members.begin(), g->members.end(), [&](std::size_t i) { return matrices_[i]->spec.n_heads > 0; });
+  for (auto& g : groups_) g->order();
 }
 
-void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
+void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
   g.whole.run(w);
   const torch::Tensor fro = w.norm(2, {1, 2});
   std::vector<double*> sn, fr, sr, hs;
-  for (std::size_t i : g.members) {
-    WeightStats& s = r.weights[i];
+  for (const auto& m : g.members) {
+    WeightStats& s = r.weights[m.index];
     sn.push_back(&s.spectral_norm), fr.push_back(&s.frobenius_norm), sr.push_back(&s.stable_rank);
   }
   f.add(g.whole.sigma, sn);
@@ -280,32 +235,59 @@ void Monitor::weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fet
   f.add(fro * fro / (g.whole.sigma * g.whole.sigma), sr);  // NaN for a zero matrix
   if (g.headed > 0) {
     for (int64_t x = 0; x < g.headed; ++x)
-      for (auto& h : r.weights[g.members[static_cast<std::size_t>(x)]].head_spectral_norm) hs.push_back(&h);
+      for (auto& h : r.weights[g.members[static_cast<std::size_t>(x)].index].head_spectral_norm) hs.push_back(&h);
     // (headed * heads, rows / heads, cols): a view of the stack's leading matrices.
     g.heads.run(w.narrow(0, 0, g.headed).reshape({-1, w.size(1) / g.n_heads, w.size(2)}));
     f.add(g.heads.sigma, hs);
   }
 }
 
-void Monitor::update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
+void Monitor::update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
   if (g.prev.defined()) {
     const torch::Tensor d = w - g.prev;
     const torch::Tensor fro = d.norm(2, {1, 2}), fro2 = fro * fro;  // one pass over d
     g.delta.run(d);
     const torch::Tensor sigma = g.delta.sigma;
     std::vector<double*> s1, conc, sim;
-    for (std::size_t i : g.members) {
-      UpdateStats& u = r.updates[i];
+    for (const auto& m : g.members) {
+      UpdateStats& u = r.updates[m.index];
       s1.push_back(&u.sigma1), conc.push_back(&u.concentration), sim.push_back(&u.similarity_prev);
     }
     f.add(sigma, s1);                      // 0 for no update
     f.add(sigma * sigma / fro2, conc);     // NaN for no update
     const torch::Tensor du = g.delta.u.squeeze(2), dv = g.delta.v.squeeze(2);
-    if (g.prev_u.defined()) f.add((du * g.prev_u).sum(1).abs() * (dv * g.prev_v).sum(1).abs(), sim);
-    g.prev_u = du;
-    g.prev_v = dv;
+    if (g.prev_u.defined()) {
+      f.add((du * g.prev_u).sum(1).abs() * (dv * g.prev_v).sum(1).abs(), sim);
+      g.prev_u.copy_(du), g.prev_v.copy_(dv);  // in place: a graph's next replay reads them
+    } else {
+      g.prev_u = du.clone(), g.prev_v = dv.clone();
+    }
   }
-  g.prev = w;  // stack() made a copy; weight_stats only reads it
+  // The stack buffer is overwritten by the next record: W is kept in a buffer of its own.
+  if (g.prev.defined()) g.prev.copy_(w);
+  else g.prev = w.clone();
+}
+
+Monitor::StatsGraph& Monitor::stats_graph(bool weights, bool updates) {
+  auto& slot = graphs_[(weights ? 1 : 0) + (updates ? 2 : 0)];
+  if (slot) return *slot;
+  slot = std::make_unique<StatsGraph>();
+  StatsGraph& gr = *slot;
+  gr.tmpl = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, 0));
+  gr.stack = stream_->capture([&] {
+    for (auto& g : groups_) g->stack();
+  });
+  Fetch f;
+  gr.stats = stream_->capture([&] {
+    for (auto& g : groups_) {
+      const torch::Tensor w = g->stacked();
+      if (weights) weight_stats(*g, w, *gr.tmpl, f);
+      if (updates) update_stats(*g, w, *gr.tmpl, f);
+    }
+    gr.out = torch::cat(f.values).to(torch::kFloat64);
+  });
+  gr.dst = f.dst;
+  return gr;
 }
 
 bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
@@ -352,8 +334,12 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   // The loss and gradient norm of a CUDA run come with the statistics, so record() never waits
   // for the device; with stop_on_nan the loss is read now (a wait) to stop at this very step.
   auto scalar = [&](const torch::Tensor& t, double* dst, bool now) {
-    if (now || !stream_ || !t.is_cuda()) *dst = t.item<double>();
-    else fetch->add(t, dst);
+    if (now || !stream_ || !t.is_cuda()) {
+      *dst = t.item<double>();
+    } else {
+      stream_->keep(t);  // made on the training stream, read on the side stream
+      fetch->add(t, dst);
+    }
   };
   scalar(loss, &r->scalars[0], stop_on_nan_);
   r->scalars[1] = lr;
@@ -364,18 +350,32 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   if (stream_) async_device = &stream_device;
   fetch->counters = PendingCounters::take(async_device);  // drained every step; kept when due
   fetch->counters_due = due("attention");
-  const bool stats = due("weights") || due("updates");
-  // The copies are taken on the training stream, so the next optimizer step cannot race them.
-  std::vector<torch::Tensor> stacked;
-  if (stats)
-    for (auto& g : groups_) stacked.push_back(g->stack(matrices_));  // update_stats keeps it as the next `prev`
+  const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
+  StatsGraph* graph = nullptr;
+  if (stats) {
+    bool moved = false;
+    for (auto& g : groups_) moved = g->refresh_views() || moved;
+    if (moved) graphs_.clear();  // they read the old addresses
+    bool steady = stream_ != nullptr;
+    for (auto& g : groups_) steady = steady && g->steady(wd, ud);
+    if (steady) graph = &stats_graph(wd, ud);
+    // The copies are taken on the training stream, so the next optimizer step cannot race them.
+    if (graph) graph->stack->replay();
+    else
+      for (auto& g : groups_) g->stack();
+  }
   {
     const auto side = stream_ ? stream_->enter() : nullptr;
-    for (std::size_t i = 0; i < stacked.size(); ++i) {
-      Group& g = *groups_[i];
-      if (stream_) stream_->keep(stacked[i]);
-      if (due("weights")) weight_stats(g, stacked[i], *r, *fetch);
-      if (due("updates")) update_stats(g, stacked[i], *r, *fetch);
+    if (graph) {
+      graph->stats->replay();
+      fetch->add(graph->out, graph->dst);
+      fetch->from_template = graph->tmpl.get(), fetch->template_weights = wd, fetch->template_updates = ud;
+    } else if (stats) {
+      for (auto& g : groups_) {
+        const torch::Tensor w = g->stacked();
+        if (wd) weight_stats(*g, w, *r, *fetch);
+        if (ud) update_stats(*g, w, *r, *fetch);
+      }
     }
     if (due("activations"))
       for (std::size_t i = 0; i < activation_names_.size(); ++i) {
@@ -385,7 +385,6 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
         fetch->add(it->second, std::vector<float*>{&r->activations[i].max_abs, &r->activations[i].rms});
       }
     if (stream_) {
-      for (const torch::Tensor& t : fetch->values) stream_->keep(t);
       if (fetch->counters.device_bytes.defined()) stream_->keep(fetch->counters.device_bytes);
       stream_->fetch(fetch->parts());
     }
@@ -409,6 +408,8 @@ void Monitor::finish_pending(int64_t next_step) {
   TraceRecord& r = *pending_record_;
   Fetch& f = *pending_fetch_;
   const CountersByLayer counters = stream_ && f.parts_count() > 0 ? f.land(stream_->wait()) : f.land_in_line();
+  if (f.from_template && f.template_weights) r.weights = f.from_template->weights;
+  if (f.from_template && f.template_updates) r.updates = f.from_template->updates;
   if (f.counters_due) add_attention(r, counters, next_step);
   if (!std::isfinite(r.scalars[0])) writer_->add_event({r.step, "nan_inf", -1, -1, r.scalars[0], "loss is not finite"});
   writer_->append(r);

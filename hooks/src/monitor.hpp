@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lpdiag/trace/trace_writer.hpp"
+#include "matrix_group.hpp"
 #include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
@@ -58,11 +59,13 @@ class Monitor : public torch::CustomClassHolder {
   void open_writer();
   void start();  // at the first record: the writer, the groups, the side stream
   struct Fetch;
-  struct Group;
+  struct StatsGraph;
   void group_matrices();
   // `w`: the group's matrices stacked, (G, rows, cols), taken once per record.
-  void weight_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
-  void update_stats(Group& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  void weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  void update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  // The captured statistics for this combination of due signals (captured on first use).
+  StatsGraph& stats_graph(bool weights, bool updates);
   // Appends the record whose statistics are still on their way, once they have landed; a
   // capture trigger then asks for step `next_step` (none when negative).
   void finish_pending(int64_t next_step);
@@ -71,7 +74,8 @@ class Monitor : public torch::CustomClassHolder {
   std::string path_, stem_, run_config_;
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
   std::vector<std::unique_ptr<Tracked>> matrices_;
-  std::vector<std::unique_ptr<Group>> groups_;
+  std::vector<std::unique_ptr<MatrixGroup>> groups_;
+  std::map<int, std::unique_ptr<StatsGraph>> graphs_;  // by due signals; CUDA only, dropped when a weight moves
   std::vector<std::string> activation_names_;
   std::vector<int64_t> activation_layers_;
   std::map<std::string, torch::Tensor> activation_values_;  // device (max |x|, rms), fetched by record()

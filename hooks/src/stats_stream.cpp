@@ -2,6 +2,7 @@
 
 #ifdef LPDIAG_HOOKS_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -39,6 +40,27 @@ class CudaStatsStream final : public StatsStream {
       host_.back().copy_(p, /*non_blocking=*/true);
     }
     done_.record(side_);
+  }
+  class CudaGraph final : public Graph {
+   public:
+    void replay() override { graph.replay(); }
+    at::cuda::CUDAGraph graph;
+  };
+  std::unique_ptr<Graph> capture(const std::function<void()>& work) override {
+    auto g = std::make_unique<CudaGraph>();
+    const c10::cuda::CUDAStreamGuard guard(side_);  // capture needs a stream other than the default
+    g->graph.capture_begin();
+    try {
+      work();
+    } catch (...) {
+      try {
+        g->graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    g->graph.capture_end();
+    return g;
   }
   std::vector<torch::Tensor> wait() override {
     done_.synchronize();

@@ -8,6 +8,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,16 @@ class StatsStream {
   virtual void fetch(const std::vector<torch::Tensor>& parts) = 0;
   // Blocks until the last fetch() has landed; its host copies, in order, dtypes kept.
   virtual std::vector<torch::Tensor> wait() = 0;
+
+  // The kernels `work` launches, captured once (on the side stream, nothing runs) and replayed
+  // on whatever stream is current. Tensors `work` reads must keep their addresses; what it
+  // allocates lives in the graph's own memory and is rewritten by every replay.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+    virtual void replay() = 0;
+  };
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& work) = 0;
 };
 
 }  // namespace lpdiag::hooks

@@ -249,35 +249,64 @@ TEST_CASE("flash_tensors packs torch tensors into the CUDA entries' arguments", 
 
 TEST_CASE("Monitor's weight statistics belong to the step they were recorded at", "[hooks][monitor]") {
   // On CUDA the statistics of step s run on a side stream and land at record(s + 1); the weights
-  // change right after record(s) returns, as an optimizer would. Each record must still hold the
-  // spectral norm of the weights as they were at its own step. Runs on the CPU (in line) always,
-  // and on CUDA where a device is visible. A planted direction gives a gap of ~2 so 2 warm
-  // iterations per record track sigma_1 to well under 1e-4 (fp32 norms).
+  // change right after record(s) returns, as an optimizer would. From the third record on they
+  // are a replayed CUDA graph, recaptured after the weight moves to new storage. Each record must
+  // still hold the statistics of the weights as they were at its own step. Runs on the CPU (in
+  // line) always, and on CUDA where a device is visible.
+  // Tolerances: a planted direction gives W a gap of ~2 and each update (rank one along a fixed
+  // direction plus noise) a gap of ~4, so 2 warm iterations per record track sigma_1 of both to
+  // well under 1e-4 (fp32 norms); the updates' top pairs, warm-started from the last update's,
+  // make the similarity of consecutive pairs agree with the SVD's to 1e-3.
   std::vector<torch::Device> devices{torch::kCPU};
   if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  auto unit = [](int64_t n, int64_t dim) {
+    return torch::nn::functional::normalize(torch::randn({dim == 0 ? n : 1, dim == 0 ? 1 : n}),
+                                            torch::nn::functional::NormalizeFuncOptions().dim(dim));
+  };
   for (const auto& dev : devices) {
     INFO("device " << dev.str());
-    const int64_t C = 16, steps = 6;
-    const torch::Tensor a = torch::nn::functional::normalize(torch::randn({C, 1}), torch::nn::functional::NormalizeFuncOptions().dim(0));
-    const torch::Tensor b = torch::nn::functional::normalize(torch::randn({1, C}), torch::nn::functional::NormalizeFuncOptions().dim(1));
+    const int64_t C = 16, steps = 7;
+    const torch::Tensor a = unit(C, 0), b = unit(C, 1), a2 = unit(C, 0), b2 = unit(C, 1);
     torch::Tensor w = (0.2 * torch::randn({C, C}) + 8.0 * torch::matmul(a, b)).to(dev);
     auto mon = c10::make_intrusive<Monitor>(tmp("steps-" + std::string(dev.is_cuda() ? "cuda" : "cpu") + ".h5"), 1, 2, 8, "{}", 0, 1);
     mon->add_matrix("m", "mlp_in", 0, 0, w, 0, C);
-    std::vector<double> exact;
+    std::vector<double> exact, exact_update, exact_conc, exact_sim;
+    torch::Tensor before, prev_u, prev_v;
     for (int64_t s = 0; s < steps; ++s) {
-      exact.push_back(std::get<1>(torch::svd(w.cpu()))[0].item<double>());
+      const torch::Tensor now = w.cpu().to(torch::kFloat64);
+      exact.push_back(std::get<1>(torch::svd(now))[0].item<double>());
+      if (before.defined()) {
+        const torch::Tensor d = now - before;
+        const auto [U, S, V] = torch::svd(d);
+        const double s1 = S[0].item<double>();
+        exact_update.push_back(s1), exact_conc.push_back(s1 * s1 / d.pow(2).sum().item<double>());
+        const torch::Tensor u = U.select(1, 0), v = V.select(1, 0);
+        exact_sim.push_back(prev_u.defined() ? (u.dot(prev_u).abs() * v.dot(prev_v).abs()).item<double>() : NAN);
+        prev_u = u, prev_v = v;
+      } else {
+        exact_update.push_back(NAN), exact_conc.push_back(NAN), exact_sim.push_back(NAN);
+      }
+      before = now;
       REQUIRE(mon->record(s, 1.0, 1e-3, 1.0));
       torch::NoGradGuard g;
-      w.add_(0.05 * torch::randn({C, C}).to(dev));  // queued right behind the record's statistics; moves sigma_1 ~0.5%
+      // Queued right behind the record's statistics; moves sigma_1 by ~0.3 of 8.
+      w.add_((0.3 * torch::matmul(a2, b2) + 0.01 * torch::randn({C, C})).to(dev));
       if (s == 2) w.set_data(w.detach().clone());  // new storage, as model.to(...) does: the Monitor must follow it
     }
     mon->close();
     lpdiag::TraceReader r(mon->trace_path());
     REQUIRE(r.records() == steps);
     const auto sn = r.series("/weights/m/spectral_norm", 0, steps);
+    const auto s1 = r.series("/updates/m/sigma1", 0, steps), conc = r.series("/updates/m/concentration", 0, steps);
+    const auto sim = r.series("/updates/m/similarity_prev", 0, steps);
     for (int64_t s = 0; s < steps; ++s) {
-      INFO("step " << s << ": recorded " << sn[s] << ", exact " << exact[s]);
+      INFO("step " << s << ": sigma " << sn[s] << " (exact " << exact[s] << "), update sigma " << s1[s] << " (exact "
+                   << exact_update[s] << "), concentration " << conc[s] << " (exact " << exact_conc[s] << "), similarity " << sim[s] << " (exact " << exact_sim[s] << ")");
       CHECK(std::fabs(sn[s] - exact[s]) <= 1e-4 * exact[s]);
+      if (s == 0) continue;
+      CHECK(std::fabs(s1[s] - exact_update[s]) <= 1e-4 * exact_update[s]);
+      CHECK(std::fabs(conc[s] - exact_conc[s]) <= 1e-4);
+      if (s >= 2) CHECK(std::fabs(sim[s] - exact_sim[s]) <= 1e-3);
     }
   }
 }

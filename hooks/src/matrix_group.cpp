@@ -1,0 +1,46 @@
+#include "matrix_group.hpp"
+
+#include <algorithm>
+
+namespace lpdiag::hooks {
+
+void MatrixGroup::order() {
+  std::stable_partition(members.begin(), members.end(), [](const Member& m) { return m.has_heads; });
+}
+
+bool MatrixGroup::refresh_views() {
+  bool stale = views_.size() != members.size();
+  for (std::size_t x = 0; !stale && x < members.size(); ++x) stale = bases_[x] != members[x].weight.data_ptr();
+  if (!stale) return false;
+  views_.clear(), bases_.clear();
+  for (const Member& m : members) {
+    views_.push_back(m.weight.detach().narrow(0, m.row0, m.row1 - m.row0));
+    bases_.push_back(m.weight.data_ptr());
+  }
+  const auto& f = views_.front();
+  const auto opts = f.options().dtype(torch::kFloat32);
+  if (!buf_.defined() || buf_.device() != f.device() || buf_.size(0) != f.size(0) * static_cast<std::int64_t>(views_.size()))
+    buf_ = torch::empty({f.size(0) * static_cast<std::int64_t>(views_.size()), f.size(1)}, opts);
+  return true;
+}
+
+void MatrixGroup::stack() {
+  bool fp32 = true;
+  for (const auto& v : views_) fp32 = fp32 && v.scalar_type() == torch::kFloat32;
+  if (fp32) torch::cat_out(buf_, views_, 0);
+  else buf_.copy_(torch::cat(views_, 0));
+}
+
+torch::Tensor MatrixGroup::stacked() const {
+  return buf_.view({static_cast<std::int64_t>(members.size()), views_.front().size(0), views_.front().size(1)});
+}
+
+bool MatrixGroup::steady(bool weights, bool updates) const {
+  const torch::Tensor w = stacked();
+  if (weights && !whole.warm_for(w)) return false;
+  if (weights && headed > 0 && !heads.v.defined()) return false;
+  if (updates && !(prev.defined() && prev_u.defined() && delta.warm_for(w))) return false;
+  return true;
+}
+
+}  // namespace lpdiag::hooks

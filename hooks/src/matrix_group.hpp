@@ -1,0 +1,48 @@
+// Matrices of one shape and device whose statistics run as one batch (48 of GPT-2 small's 61
+// matrices are 768 x 768), so a record costs a few dozen kernel launches, not thousands. The
+// members with heads (one head count per group) come first and also get per-head norms.
+// Every tensor a record reads or carries to the next one lives in a buffer made once and
+// updated in place, so the statistics can be captured in a CUDA graph and replayed.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "power_iteration.hpp"
+
+namespace lpdiag::hooks {
+
+struct MatrixGroup {
+  struct Member {
+    std::size_t index;     // into the Monitor's matrices (and the layout's)
+    torch::Tensor weight;  // the parameter; rows [row0, row1) are this matrix
+    std::int64_t row0, row1;
+    bool has_heads;
+  };
+  std::vector<Member> members;  // headed ones first (see order())
+  std::int64_t headed = 0;      // how many members have heads
+  std::int64_t n_heads = 0;     // their head count
+  PowerIteration whole, delta, heads;
+  torch::Tensor prev;            // (G, rows, cols): W at the previous update record
+  torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
+
+  // Puts the members with heads first (stable), so their per-head norms read a leading slice.
+  void order();
+  // Remakes the members' row views if a parameter's storage moved (model.to(...)) or on first
+  // use; returns whether it did (a captured graph then reads stale addresses).
+  bool refresh_views();
+  // Copies the members' rows, in fp32, into the stack buffer, on the current stream.
+  void stack();
+  // The stack buffer, (G, rows, cols); valid after stack().
+  torch::Tensor stacked() const;
+  // Whether every state the due statistics read exists: a run is then the same every record.
+  bool steady(bool weights, bool updates) const;
+
+ private:
+  std::vector<torch::Tensor> views_;
+  std::vector<const void*> bases_;
+  torch::Tensor buf_;
+};
+
+}  // namespace lpdiag::hooks
