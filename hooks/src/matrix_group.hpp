@@ -24,7 +24,6 @@ struct MatrixGroup {
   std::int64_t headed = 0;      // how many members have heads
   std::int64_t n_heads = 0;     // their head count
   PowerIteration whole, delta, heads;
-  torch::Tensor prev;            // (G, rows, cols): W at the previous update record
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
 
   // Puts the members with heads first (stable), so their per-head norms read a leading slice.
@@ -32,17 +31,26 @@ struct MatrixGroup {
   // Remakes the members' row views if a parameter's storage moved (model.to(...)) or on first
   // use; returns whether it did (a captured graph then reads stale addresses).
   bool refresh_views();
-  // Copies the members' rows, in fp32, into the stack buffer, on the current stream.
+  // Two stack buffers take turns: one holds W at the last update record (the previous one),
+  // the other this record's copy, so no record copies W a second time to keep it.
+  // Copies the members' rows, in fp32, into this record's buffer, on the current stream.
   void stack();
-  // The stack buffer, (G, rows, cols); valid after stack().
+  // This record's buffer (which of the two: target()), (G, rows, cols); valid after stack().
   torch::Tensor stacked() const;
+  // W at the last update record, (G, rows, cols); undefined before the first.
+  torch::Tensor previous() const;
+  int target() const { return prev_ == 0 ? 1 : 0; }
+  // After an update record: this record's buffer becomes the previous one.
+  void keep_as_previous() { prev_ = target(); }
   // Whether every state the due statistics read exists: a run is then the same every record.
   bool steady(bool weights, bool updates) const;
 
  private:
+  torch::Tensor as_matrices(const torch::Tensor& buf) const;
   std::vector<torch::Tensor> views_;
   std::vector<const void*> bases_;
-  torch::Tensor buf_;
+  torch::Tensor bufs_[2];
+  int prev_ = -1;  // which buffer holds W at the last update record
 };
 
 }  // namespace lpdiag::hooks

@@ -22,6 +22,7 @@ struct Monitor::Fetch {
   struct Dst {
     double* d = nullptr;
     float* f = nullptr;
+    double scale = 1;  // the field gets value * scale
   };
   std::vector<torch::Tensor> values;
   std::vector<Dst> dst;
@@ -61,8 +62,8 @@ struct Monitor::Fetch {
                   dst.size(), " fields");
       const double* a = h.data_ptr<double>();
       for (std::size_t i = 0; i < dst.size(); ++i) {
-        if (dst[i].d) *dst[i].d = a[i];
-        else *dst[i].f = static_cast<float>(a[i]);
+        if (dst[i].d) *dst[i].d = a[i] * dst[i].scale;
+        else *dst[i].f = static_cast<float>(a[i] * dst[i].scale);
       }
     }
     return counters.resolve(counters.device_bytes.defined() ? host.back() : torch::Tensor());
@@ -153,12 +154,13 @@ void Monitor::add_activation(std::string name, int64_t layer) {
 void Monitor::observe_activation(std::string name, torch::Tensor x) {
   torch::NoGradGuard g;
   // Device scalars, no synchronization: record() fetches them with everything else.
-  // Two reading passes in fp32, no temporaries: max |x| = |x|_inf, rms = |x|_2 / sqrt(n).
+  // Two reading passes in fp32, no temporaries, two launches: max |x| = |x|_inf and |x|_2; the
+  // rms, |x|_2 / sqrt(n), is taken on the host when the values land.
   const torch::Tensor f = x.detach();
   const double inf = std::numeric_limits<double>::infinity();
-  activation_values_[name] = torch::stack({torch::linalg_vector_norm(f, inf, c10::nullopt, false, torch::kFloat32),
-                                           torch::linalg_vector_norm(f, 2, c10::nullopt, false, torch::kFloat32) /
-                                               std::sqrt(static_cast<double>(std::max<int64_t>(1, f.numel())))});
+  activation_values_[name] = {torch::linalg_vector_norm(f, inf, c10::nullopt, false, torch::kFloat32),
+                              torch::linalg_vector_norm(f, 2, c10::nullopt, false, torch::kFloat32),
+                              1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, f.numel())))};
 }
 
 void Monitor::set_cadence(std::string signal, int64_t every) {
@@ -223,7 +225,7 @@ void Monitor::group_matrices() {
 }
 
 void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
-  g.whole.run(w);
+  g.whole.run(w, 1);  // a weight moves ~1e-3 of itself per step: one iteration keeps up
   const torch::Tensor fro = w.norm(2, {1, 2});
   std::vector<double*> sn, fr, sr, hs;
   for (const auto& m : g.members) {
@@ -237,16 +239,17 @@ void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& 
     for (int64_t x = 0; x < g.headed; ++x)
       for (auto& h : r.weights[g.members[static_cast<std::size_t>(x)].index].head_spectral_norm) hs.push_back(&h);
     // (headed * heads, rows / heads, cols): a view of the stack's leading matrices.
-    g.heads.run(w.narrow(0, 0, g.headed).reshape({-1, w.size(1) / g.n_heads, w.size(2)}));
+    g.heads.run(w.narrow(0, 0, g.headed).reshape({-1, w.size(1) / g.n_heads, w.size(2)}), 1);
     f.add(g.heads.sigma, hs);
   }
 }
 
 void Monitor::update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
-  if (g.prev.defined()) {
-    const torch::Tensor d = w - g.prev;
+  const torch::Tensor prev = g.previous();
+  if (prev.defined()) {
+    const torch::Tensor d = w - prev;
     const torch::Tensor fro = d.norm(2, {1, 2}), fro2 = fro * fro;  // one pass over d
-    g.delta.run(d);
+    g.delta.run(d, 2);  // an update turns more from one record to the next
     const torch::Tensor sigma = g.delta.sigma;
     std::vector<double*> s1, conc, sim;
     for (const auto& m : g.members) {
@@ -263,13 +266,13 @@ void Monitor::update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& 
       g.prev_u = du.clone(), g.prev_v = dv.clone();
     }
   }
-  // The stack buffer is overwritten by the next record: W is kept in a buffer of its own.
-  if (g.prev.defined()) g.prev.copy_(w);
-  else g.prev = w.clone();
-}
+}  // record() then keeps this record's stack as the previous W
 
 Monitor::StatsGraph& Monitor::stats_graph(bool weights, bool updates) {
-  auto& slot = graphs_[(weights ? 1 : 0) + (updates ? 2 : 0)];
+  // Which stack buffer a record writes is part of what a graph captured.
+  int64_t key = (weights ? 1 : 0) + (updates ? 2 : 0);
+  for (std::size_t i = 0; i < groups_.size(); ++i) key |= int64_t(groups_[i]->target()) << (2 + i);
+  auto& slot = graphs_[key];
   if (slot) return *slot;
   slot = std::make_unique<StatsGraph>();
   StatsGraph& gr = *slot;
@@ -381,14 +384,18 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       for (std::size_t i = 0; i < activation_names_.size(); ++i) {
         auto it = activation_values_.find(activation_names_[i]);
         if (it == activation_values_.end()) continue;
-        if (stream_) stream_->keep(it->second);
-        fetch->add(it->second, std::vector<float*>{&r->activations[i].max_abs, &r->activations[i].rms});
+        const ActivationNorms& a = it->second;
+        if (stream_) stream_->keep(a.max_abs), stream_->keep(a.norm2);
+        fetch->add(a.max_abs, std::vector<float*>{&r->activations[i].max_abs});
+        fetch->add(a.norm2, std::vector<Fetch::Dst>{{nullptr, &r->activations[i].rms, a.rms_per_norm2}});
       }
     if (stream_) {
       if (fetch->counters.device_bytes.defined()) stream_->keep(fetch->counters.device_bytes);
       stream_->fetch(fetch->parts());
     }
   }
+  if (ud)
+    for (auto& g : groups_) g->keep_as_previous();
   activation_values_.clear();
   for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
   const bool stop = stop_on_nan_ && !std::isfinite(r->scalars[0]);

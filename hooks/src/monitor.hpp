@@ -75,10 +75,14 @@ class Monitor : public torch::CustomClassHolder {
   int64_t n_layer_, n_head_, head_dim_, rank_, world_size_;
   std::vector<std::unique_ptr<Tracked>> matrices_;
   std::vector<std::unique_ptr<MatrixGroup>> groups_;
-  std::map<int, std::unique_ptr<StatsGraph>> graphs_;  // by due signals; CUDA only, dropped when a weight moves
+  std::map<int64_t, std::unique_ptr<StatsGraph>> graphs_;  // by due signals and stack buffers; CUDA only
   std::vector<std::string> activation_names_;
   std::vector<int64_t> activation_layers_;
-  std::map<std::string, torch::Tensor> activation_values_;  // device (max |x|, rms), fetched by record()
+  struct ActivationNorms {
+    torch::Tensor max_abs, norm2;  // device scalars, fetched by record()
+    double rms_per_norm2;          // 1 / sqrt(numel)
+  };
+  std::map<std::string, ActivationNorms> activation_values_;
   std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
   int64_t flush_every_ = 100;
   bool stop_on_nan_ = false;

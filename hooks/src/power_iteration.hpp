@@ -12,10 +12,10 @@ struct PowerIteration {
   torch::Tensor u;      // (batch, rows, 1): the last run's left vectors
   torch::Tensor sigma;  // (batch): the last run's estimates, 0 for a zero matrix
 
-  // Whether the next run on matrices like `w` starts warm (2 iterations) rather than cold (30).
+  // Whether the next run on matrices like `w` starts warm rather than cold (30 iterations).
   bool warm_for(const torch::Tensor& w) const;
   // w: (batch, rows, cols).
-  void run(const torch::Tensor& w);
+  void run(const torch::Tensor& w, int warm_iterations);
 };
 
 }  // namespace lpdiag::hooks
