@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [ncu] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -90,6 +90,9 @@ for s in "$@"; do
         done
       done | tee "$OUT/gpt2ab.log"
       rm -f "$OUT"/ab.h5 ;;
+    monitorcost)
+      stage "bench_monitor_costs"
+      timeout 200 $B/bench/bench_monitor_costs --json "$OUT/monitor_costs.json" 2>&1 | tee "$OUT/monitor_costs.log" ;;
     gpt2parts)
       # Where the overhead over lpdiag-off goes: counters alone, and the Monitor without
       # activations or without weight and update statistics, interleaved twice.
