@@ -155,7 +155,8 @@ void Monitor::observe_activation(std::string name, torch::Tensor x) {
   torch::NoGradGuard g;
   // Device scalars, no synchronization: record() fetches them with everything else.
   // Two reading passes in fp32, no temporaries, two launches: max |x| = |x|_inf and |x|_2; the
-  // rms, |x|_2 / sqrt(n), is taken on the host when the values land.
+  // rms, |x|_2 / sqrt(n), is taken on the host when the values land. They run on the training
+  // stream: on a side stream they would race an in-place change of x later in the forward.
   const torch::Tensor f = x.detach();
   const double inf = std::numeric_limits<double>::infinity();
   activation_values_[name] = {torch::linalg_vector_norm(f, inf, c10::nullopt, false, torch::kFloat32),

@@ -25,9 +25,8 @@ class CudaStatsStream final : public StatsStream {
   };
 
   std::unique_ptr<Scope> enter() override {
-    at::cuda::CUDAEvent queued;
-    queued.record(c10::cuda::getCurrentCUDAStream(device_));
-    queued.block(side_);
+    queued_.record(c10::cuda::getCurrentCUDAStream(device_));  // re-recording an event is allowed
+    queued_.block(side_);
     return std::make_unique<CudaScope>(side_);
   }
   void keep(const torch::Tensor& t) override {
@@ -70,7 +69,7 @@ class CudaStatsStream final : public StatsStream {
  private:
   c10::DeviceIndex device_;
   c10::cuda::CUDAStream side_;
-  at::cuda::CUDAEvent done_;
+  at::cuda::CUDAEvent queued_, done_;
   std::vector<torch::Tensor> host_;
 };
 
