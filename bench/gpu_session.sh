@@ -82,11 +82,12 @@ for s in "$@"; do
       # The overhead benchmark interleaved: (SDPA, lpdiag off, Monitor with nothing due after
       # step 0, hooks at the default cadence) three times over, so drift shows as spread.
       G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 40 --timed-from 10"
-      for rep in 1 2 3; do
+      for rep in $(seq 1 "${AB_REPS:-3}"); do
         for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" \
                    "mon1000:--instrument off --weights-every 1000" "hooks:--instrument counters"; do
           name=${cfg%%:*}; args=${cfg#*:}
           echo "$rep $name $(timeout 200 $G $args --out "$OUT/ab.h5" 2>&1 | grep steady)"
+          [ "$name" = hooks ] && [ "$rep" = 1 ] && echo "hooks trace: $(stat -c %s "$OUT/ab.h5") bytes, 40 records"
         done
       done | tee "$OUT/gpt2ab.log"
       rm -f "$OUT"/ab.h5 ;;
