@@ -177,6 +177,11 @@ void Monitor::set_flush_every(int64_t records) {
 
 void Monitor::set_stop_on_nan(bool stop) { stop_on_nan_ = stop; }
 
+void Monitor::set_cuda_graphs(bool on) {
+  use_graphs_ = on;
+  if (!on) graphs_.clear();
+}
+
 void Monitor::set_capture_trigger(double rate, int64_t max_captures) {
   capture_rate_ = rate;
   captures_left_ = max_captures;
@@ -362,7 +367,16 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
     if (moved) graphs_.clear();  // they read the old addresses
     bool steady = stream_ != nullptr;
     for (auto& g : groups_) steady = steady && g->steady(wd, ud);
-    if (steady) graph = &stats_graph(wd, ud);
+    if (steady && use_graphs_) {
+      try {
+        graph = &stats_graph(wd, ud);
+      } catch (const std::exception& e) {  // nothing captured ran: the state is as it was
+        use_graphs_ = false;
+        graphs_.clear();
+        TORCH_WARN("lpdiag.Monitor: capturing the statistics in a CUDA graph failed (", e.what(),
+                   "); they run without graphs from now on");
+      }
+    }
     // The copies are taken on the training stream, so the next optimizer step cannot race them.
     if (graph) graph->stack->replay();
     else

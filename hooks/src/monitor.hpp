@@ -36,6 +36,10 @@ class Monitor : public torch::CustomClassHolder {
   void set_cadence(std::string signal, int64_t every);
   void set_flush_every(int64_t records);
   void set_stop_on_nan(bool stop);
+  // On CUDA the weight and update statistics are captured in CUDA graphs once their state is
+  // steady (third record) and replayed: two launches per record instead of ~60 per matrix shape.
+  // A parameter moved to new storage is noticed and recaptured. Off: launched one by one.
+  void set_cuda_graphs(bool on);
   // Write a capture of layer `layer` at the next step whose rate of repeated-max rows exceeds
   // `rate` (at most `max_captures` captures).
   void set_capture_trigger(double rate, int64_t max_captures);
@@ -86,6 +90,7 @@ class Monitor : public torch::CustomClassHolder {
   std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
   int64_t flush_every_ = 100;
   bool stop_on_nan_ = false;
+  bool use_graphs_ = true;
   double capture_rate_ = -1;
   int64_t captures_left_ = 0;
   int64_t records_ = 0;

@@ -254,24 +254,25 @@ TEST_CASE("Monitor's weight statistics belong to the step they were recorded at"
   // change right after record(s) returns, as an optimizer would. From the third record on they
   // are a replayed CUDA graph, recaptured after the weight moves to new storage. Each record must
   // still hold the statistics of the weights as they were at its own step. Runs on the CPU (in
-  // line) always, and on CUDA where a device is visible.
+  // line) always, and on CUDA where a device is visible, with and without the graphs.
   // Tolerances: a planted direction gives W a gap of ~2 and each update (rank one along a fixed
   // direction plus noise) a gap of ~4, so the warm iterations per record (1 for W, 2 for the
   // update, whose direction is fresh noise each time) track sigma_1 of both to
   // well under 1e-4 (fp32 norms); the updates' top pairs, warm-started from the last update's,
   // make the similarity of consecutive pairs agree with the SVD's to 1e-3.
-  std::vector<torch::Device> devices{torch::kCPU};
-  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  std::vector<std::pair<torch::Device, bool>> runs{{torch::kCPU, false}};
+  if (torch::cuda::is_available()) runs.push_back({torch::Device(torch::kCUDA, 0), true}), runs.push_back({torch::Device(torch::kCUDA, 0), false});
   auto unit = [](int64_t n, int64_t dim) {
     return torch::nn::functional::normalize(torch::randn({dim == 0 ? n : 1, dim == 0 ? 1 : n}),
                                             torch::nn::functional::NormalizeFuncOptions().dim(dim));
   };
-  for (const auto& dev : devices) {
-    INFO("device " << dev.str());
+  for (const auto& [dev, graphs] : runs) {
+    INFO("device " << dev.str() << (graphs ? ", CUDA graphs" : ""));
     const int64_t C = 16, steps = 7;
     const torch::Tensor a = unit(C, 0), b = unit(C, 1), a2 = unit(C, 0), b2 = unit(C, 1);
     torch::Tensor w = (0.2 * torch::randn({C, C}) + 8.0 * torch::matmul(a, b)).to(dev);
-    auto mon = c10::make_intrusive<Monitor>(tmp("steps-" + std::string(dev.is_cuda() ? "cuda" : "cpu") + ".h5"), 1, 2, 8, "{}", 0, 1);
+    auto mon = c10::make_intrusive<Monitor>(tmp("steps-" + dev.str() + (graphs ? "-graphs" : "") + ".h5"), 1, 2, 8, "{}", 0, 1);
+    mon->set_cuda_graphs(graphs);
     mon->add_matrix("m", "mlp_in", 0, 0, w, 0, C);
     std::vector<double> exact, exact_update, exact_conc, exact_sim;
     torch::Tensor before, prev_u, prev_v;
