@@ -11,70 +11,10 @@
 #include "lpdiag/trace/capture.hpp"
 #include "matrix_group.hpp"
 #include "pending_counters.hpp"
+#include "record_fetch.hpp"
 #include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
-
-// What a record still waits for: device scalars bound for its fields, and the attention counters
-// of the calls since the last record. The Monitor copies everything to the host at once: on a
-// side stream without waiting (CUDA weights), or in line.
-struct Monitor::Fetch {
-  struct Dst {
-    double* d = nullptr;
-    float* f = nullptr;
-    double scale = 1;  // the field gets value * scale
-  };
-  std::vector<torch::Tensor> values;
-  std::vector<Dst> dst;
-  PendingCounters counters;
-  bool counters_due = false;  // the attention signal is due: the counters go into the record
-  // A replayed graph's values land in its template record; these parts of it are then copied.
-  const TraceRecord* from_template = nullptr;
-  bool template_weights = false, template_updates = false;
-  void add(const torch::Tensor& t, double* d) { add(t, std::vector<double*>{d}); }
-  // t holds one value per destination, in order.
-  void add(const torch::Tensor& t, const std::vector<double*>& d) {
-    values.push_back(t.detach().reshape({-1}));
-    for (double* p : d) dst.push_back({p, nullptr});
-  }
-  void add(const torch::Tensor& t, const std::vector<float*>& d) {
-    values.push_back(t.detach().reshape({-1}));
-    for (float* p : d) dst.push_back({nullptr, p});
-  }
-  void add(const torch::Tensor& t, const std::vector<Dst>& d) {
-    values.push_back(t.detach().reshape({-1}));
-    dst.insert(dst.end(), d.begin(), d.end());
-  }
-  // The device tensors to copy: the values in one fp64 vector (widened once; the statistics are
-  // fp32 computations), then the raw counters.
-  std::vector<torch::Tensor> parts() const {
-    std::vector<torch::Tensor> p;
-    if (!values.empty()) p.push_back(torch::cat(values).to(torch::kFloat64));
-    if (counters.device_bytes.defined()) p.push_back(counters.device_bytes);
-    return p;
-  }
-  // Given parts() on the host: fills the fields and returns the counters by layer.
-  CountersByLayer land(const std::vector<torch::Tensor>& host) {
-    TORCH_CHECK(host.size() == parts_count(), "lpdiag.Monitor: ", host.size(), " parts arrived for ", parts_count());
-    if (!values.empty()) {
-      const torch::Tensor h = host.front().to(torch::kFloat64).contiguous();
-      TORCH_CHECK(h.numel() == static_cast<int64_t>(dst.size()), "lpdiag.Monitor: ", h.numel(), " statistics for ",
-                  dst.size(), " fields");
-      const double* a = h.data_ptr<double>();
-      for (std::size_t i = 0; i < dst.size(); ++i) {
-        if (dst[i].d) *dst[i].d = a[i] * dst[i].scale;
-        else *dst[i].f = static_cast<float>(a[i] * dst[i].scale);
-      }
-    }
-    return counters.resolve(counters.device_bytes.defined() ? host.back() : torch::Tensor());
-  }
-  std::size_t parts_count() const { return (values.empty() ? 0 : 1) + (counters.device_bytes.defined() ? 1 : 0); }
-  CountersByLayer land_in_line() {  // one copy per part, which waits for the device
-    std::vector<torch::Tensor> host;
-    for (const torch::Tensor& p : parts()) host.push_back(p.cpu());
-    return land(host);
-  }
-};
 
 struct Monitor::Tracked {
   MatrixSpec spec;
@@ -90,7 +30,7 @@ struct Monitor::StatsGraph {
   std::unique_ptr<StatsStream::Graph> stack, stats;
   std::unique_ptr<TraceRecord> tmpl;  // the captured fields point into it
   torch::Tensor out;                  // the values, fp64, in the order of dst
-  std::vector<Fetch::Dst> dst;
+  std::vector<RecordFetch::Dst> dst;
 };
 
 Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
@@ -230,7 +170,7 @@ void Monitor::group_matrices() {
   for (auto& g : groups_) g->order();
 }
 
-void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
+void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, RecordFetch& f) {
   g.whole.run(w, 1);  // a weight moves ~1e-3 of itself per step: one iteration keeps up
   const torch::Tensor fro = w.norm(2, {1, 2});
   std::vector<double*> sn, fr, sr, hs;
@@ -250,7 +190,7 @@ void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& 
   }
 }
 
-void Monitor::update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f) {
+void Monitor::update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, RecordFetch& f) {
   const torch::Tensor prev = g.previous();
   if (prev.defined()) {
     const torch::Tensor d = w - prev;
@@ -286,7 +226,7 @@ Monitor::StatsGraph& Monitor::stats_graph(bool weights, bool updates) {
   gr.stack = stream_->capture([&] {
     for (auto& g : groups_) g->stack();
   });
-  Fetch f;
+  RecordFetch f;
   gr.stats = stream_->capture([&] {
     for (auto& g : groups_) {
       const torch::Tensor w = g->stacked();
@@ -339,7 +279,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   if (!writer_) start();
   finish_pending(step + 1);  // the previous step's statistics have long landed
   auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
-  auto fetch = std::make_unique<Fetch>();
+  auto fetch = std::make_unique<RecordFetch>();
   // The loss and gradient norm of a CUDA run come with the statistics, so record() never waits
   // for the device; with stop_on_nan the loss is read now (a wait) to stop at this very step.
   auto scalar = [&](const torch::Tensor& t, double* dst, bool now) {
@@ -402,7 +342,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
         const ActivationNorms& a = it->second;
         if (stream_) stream_->keep(a.max_abs), stream_->keep(a.norm2);
         fetch->add(a.max_abs, std::vector<float*>{&r->activations[i].max_abs});
-        fetch->add(a.norm2, std::vector<Fetch::Dst>{{nullptr, &r->activations[i].rms, a.rms_per_norm2}});
+        fetch->add(a.norm2, std::vector<RecordFetch::Dst>{{nullptr, &r->activations[i].rms, a.rms_per_norm2}});
       }
     if (stream_) {
       if (fetch->counters.device_bytes.defined()) stream_->keep(fetch->counters.device_bytes);
@@ -428,7 +368,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
 void Monitor::finish_pending(int64_t next_step) {
   if (!pending_record_) return;
   TraceRecord& r = *pending_record_;
-  Fetch& f = *pending_fetch_;
+  RecordFetch& f = *pending_fetch_;
   const CountersByLayer counters = stream_ && f.parts_count() > 0 ? f.land(stream_->wait()) : f.land_in_line();
   if (f.from_template && f.template_weights) r.weights = f.from_template->weights;
   if (f.from_template && f.template_updates) r.updates = f.from_template->updates;

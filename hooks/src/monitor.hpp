@@ -12,6 +12,7 @@
 
 #include "lpdiag/trace/trace_writer.hpp"
 #include "matrix_group.hpp"
+#include "record_fetch.hpp"
 #include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
@@ -62,12 +63,11 @@ class Monitor : public torch::CustomClassHolder {
   struct Tracked;
   void open_writer();
   void start();  // at the first record: the writer, the groups, the side stream
-  struct Fetch;
   struct StatsGraph;
   void group_matrices();
   // `w`: the group's matrices stacked, (G, rows, cols), taken once per record.
-  void weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
-  void update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, Fetch& f);
+  void weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, RecordFetch& f);
+  void update_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, RecordFetch& f);
   // The captured statistics for this combination of due signals (captured on first use).
   StatsGraph& stats_graph(bool weights, bool updates);
   // Appends the record whose statistics are still on their way, once they have landed; a
@@ -98,7 +98,7 @@ class Monitor : public torch::CustomClassHolder {
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<StatsStream> stream_;          // CUDA weights: statistics beside training
   std::unique_ptr<TraceRecord> pending_record_;  // queued by the last record(), appended by the next
-  std::unique_ptr<Fetch> pending_fetch_;
+  std::unique_ptr<RecordFetch> pending_fetch_;
 };
 
 }  // namespace lpdiag::hooks
