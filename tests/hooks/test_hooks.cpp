@@ -319,7 +319,9 @@ TEST_CASE("Monitor's loss, gradient norm and counters left on the device belong 
   // On CUDA record() takes the loss, the gradient norm and the op's counters without waiting:
   // they land with the statistics at the next record(). Each record must still hold its own
   // step's values, and a non-finite loss its event at its own step, with training going on
-  // (stop_on_nan off). Runs on the CPU (in line) always, and on CUDA where a device is visible.
+  // (stop_on_nan off). A capture trigger fires when the counters land: on the CPU for the next
+  // step, on CUDA one step later. Runs on the CPU (in line) always, and on CUDA where a device is
+  // visible.
   std::vector<torch::Device> devices{torch::kCPU};
   if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
   for (const auto& dev : devices) {
@@ -329,12 +331,14 @@ TEST_CASE("Monitor's loss, gradient norm and counters left on the device belong 
     torch::Tensor w = torch::randn({3 * H * d, H * d}).to(dev);
     auto mon = c10::make_intrusive<Monitor>(tmp("deferred-" + std::string(dev.is_cuda() ? "cuda" : "cpu") + ".h5"), 1, H, d, "{}", 0, 1);
     mon->add_fused_qkv("blk0", 0, w);
+    mon->set_capture_trigger(0.5, 1);
     const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(dev);
     for (int64_t s = 0; s < steps; ++s) {
       // q = 0 at tie_step: every score of every row is 0, so every row's maximum repeats.
-      const torch::Tensor q = s == tie_step ? torch::zeros({1, H, N, d}, bf16) : torch::randn({1, H, N, d}, bf16);
-      const torch::Tensor k = torch::randn({1, H, N, d}, bf16), v = torch::randn({1, H, N, d}, bf16);
-      (void)attention(q, k, v, false, "fa2", "none", "counters", 0);
+      const torch::Tensor q = (s == tie_step ? torch::zeros({1, H, N, d}, bf16) : torch::randn({1, H, N, d}, bf16)).requires_grad_(true);
+      const torch::Tensor k = torch::randn({1, H, N, d}, bf16).requires_grad_(true);
+      const torch::Tensor v = torch::randn({1, H, N, d}, bf16).requires_grad_(true);
+      attention(q, k, v, false, "fa2", "none", "counters", 0).to(torch::kFloat32).sum().backward();  // a capture is written here
       const torch::Tensor loss = torch::full({}, s == nan_step ? NAN : 1.0 + double(s), torch::TensorOptions().device(dev));
       const torch::Tensor grad_norm = torch::full({}, 0.25 * double(s), torch::TensorOptions().device(dev));
       REQUIRE(mon->record(s, loss, 1e-3, grad_norm));
@@ -356,7 +360,13 @@ TEST_CASE("Monitor's loss, gradient norm and counters left on the device belong 
       else CHECK(c.repeated_max_rows < N);
     }
     int nan_events = 0;
-    for (const auto& e : r.events()) nan_events += e.kind == "nan_inf" && e.step == nan_step;
+    std::vector<int64_t> captured;
+    for (const auto& e : r.events()) {
+      nan_events += e.kind == "nan_inf" && e.step == nan_step;
+      if (e.kind == "capture_written") captured.push_back(lpdiag::read_capture(e.message).step);
+    }
     CHECK(nan_events == 1);
+    REQUIRE(captured.size() == 1);
+    CHECK(captured[0] == tie_step + (dev.is_cuda() ? 2 : 1));
   }
 }
