@@ -44,6 +44,7 @@ import os
 import tempfile
 mon = torch.classes.lpdiag.Monitor(os.path.join(tempfile.mkdtemp(), "rec.h5"), 1, 2, 32, "{}", 0, 1)
 mon.add_fused_qkv("blk0", 0, torch.randn(192, 64))
+mon.set_cuda_graphs(False)  # registered for Python (a no-op for CPU weights)
 expect_error("string loss", lambda: mon.record(0, "low", 1e-3, 1.0), "loss must be a float or a scalar tensor")
 expect_error("vector grad_norm", lambda: mon.record(0, 1.0, 1e-3, torch.ones(2)), "must be scalars")
 expect_error("integer tensor loss", lambda: mon.record(0, torch.tensor(3), 1e-3, 1.0), "floating point")
