@@ -1,21 +1,16 @@
 #include "matrix_group.hpp"
 
-#include <algorithm>
-
 namespace lpdiag::hooks {
-
-void MatrixGroup::order() {
-  std::stable_partition(members.begin(), members.end(), [](const Member& m) { return m.has_heads; });
-}
 
 bool MatrixGroup::refresh_views() {
   bool stale = views_.size() != members.size();
-  for (std::size_t x = 0; !stale && x < members.size(); ++x) stale = bases_[x] != members[x].weight.data_ptr();
+  for (std::size_t x = 0; !stale && x < members.size(); ++x) stale = bases_[x] != members[x].rows->weight.data_ptr();
   if (!stale) return false;
   views_.clear(), bases_.clear();
   for (const Member& m : members) {
-    views_.push_back(m.weight.detach().narrow(0, m.row0, m.row1 - m.row0));
-    bases_.push_back(m.weight.data_ptr());
+    const RowSlice& r = *m.rows;
+    views_.push_back(r.weight.detach().narrow(0, r.row0, r.row1 - r.row0));
+    bases_.push_back(r.weight.data_ptr());
   }
   const auto& f = views_.front();
   const std::int64_t rows = f.size(0) * static_cast<std::int64_t>(views_.size());

@@ -13,21 +13,23 @@
 
 namespace lpdiag::hooks {
 
+// Rows [row0, row1) of a parameter: one tracked matrix. The Monitor owns it; groups point at it.
+struct RowSlice {
+  torch::Tensor weight;
+  std::int64_t row0 = 0, row1 = 0;
+};
+
 struct MatrixGroup {
   struct Member {
     std::size_t index;     // into the Monitor's matrices (and the layout's)
-    torch::Tensor weight;  // the parameter; rows [row0, row1) are this matrix
-    std::int64_t row0, row1;
-    bool has_heads;
+    const RowSlice* rows;  // owned by the Monitor, which outlives the group
   };
-  std::vector<Member> members;  // headed ones first (see order())
+  std::vector<Member> members;  // the first `headed` have heads
   std::int64_t headed = 0;      // how many members have heads
   std::int64_t n_heads = 0;     // their head count
   PowerIteration whole, delta, heads;
   torch::Tensor prev_u, prev_v;  // (G, rows), (G, cols): the previous update's top singular pair
 
-  // Puts the members with heads first (stable), so their per-head norms read a leading slice.
-  void order();
   // Remakes the members' row views if a parameter's storage moved (model.to(...)) or on first
   // use; returns whether it did (a captured graph then reads stale addresses).
   bool refresh_views();

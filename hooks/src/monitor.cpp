@@ -18,8 +18,7 @@ namespace lpdiag::hooks {
 
 struct Monitor::Tracked {
   MatrixSpec spec;
-  torch::Tensor weight;  // the parameter; rows [row0, row1) are this matrix
-  int64_t row0 = 0, row1 = 0;
+  RowSlice rows;
 };
 
 // The statistics of every group for one combination of due signals, captured once the groups
@@ -71,9 +70,7 @@ void Monitor::add_matrix(std::string name, std::string role, int64_t layer, int6
               " do not split into ", n_heads, " heads");
   auto m = std::make_unique<Tracked>();
   m->spec = {name, role, layer, row1 - row0, weight.size(1), n_heads, name + " rows [" + std::to_string(row0) + ":" + std::to_string(row1) + "]"};
-  m->weight = weight;
-  m->row0 = row0;
-  m->row1 = row1;
+  m->rows = {weight, row0, row1};
   matrices_.push_back(std::move(m));
 }
 
@@ -152,7 +149,7 @@ void Monitor::group_matrices() {
   std::map<std::string, std::size_t> by_key;
   for (std::size_t i = 0; i < matrices_.size(); ++i) {
     const Tracked& m = *matrices_[i];
-    std::string key = std::to_string(m.spec.rows) + "x" + std::to_string(m.spec.cols) + "@" + m.weight.device().str();
+    std::string key = std::to_string(m.spec.rows) + "x" + std::to_string(m.spec.cols) + "@" + m.rows.weight.device().str();
     auto it = by_key.find(key);
     // A second head count for one shape gets a group of its own.
     if (it != by_key.end() && m.spec.n_heads > 0 && groups_[it->second]->n_heads > 0 && groups_[it->second]->n_heads != m.spec.n_heads) {
@@ -165,9 +162,12 @@ void Monitor::group_matrices() {
     }
     MatrixGroup& g = *groups_[it->second];
     if (m.spec.n_heads > 0) ++g.headed, g.n_heads = m.spec.n_heads;
-    g.members.push_back({i, m.weight, m.row0, m.row1, m.spec.n_heads > 0});
+    g.members.push_back({i, &m.rows});
   }
-  for (auto& g : groups_) g->order();
+  // Matrices with heads first (stable): their per-head norms then read a leading slice.
+  for (auto& g : groups_)
+    std::stable_partition(g->members.begin(), g->members.end(),
+                          [&](const MatrixGroup::Member& x) { return matrices_[x.index]->spec.n_heads > 0; });
 }
 
 void Monitor::weight_stats(MatrixGroup& g, const torch::Tensor& w, TraceRecord& r, RecordFetch& f) {
@@ -248,8 +248,10 @@ void Monitor::start() {
   group_matrices();
   // A side stream when every matrix lives on one CUDA device; otherwise in line.
   bool one_cuda = !matrices_.empty();
-  for (const auto& m : matrices_) one_cuda = one_cuda && m->weight.is_cuda() && m->weight.device() == matrices_.front()->weight.device();
-  if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->weight.device());
+  for (const auto& m : matrices_)
+    one_cuda = one_cuda && m->rows.weight.is_cuda() && m->rows.weight.device() == matrices_.front()->rows.weight.device();
+  if (one_cuda) stream_ = StatsStream::for_device(matrices_.front()->rows.weight.device());
+  if (stream_) stream_device_ = matrices_.front()->rows.weight.device();
 }
 
 void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int64_t next_step) {
@@ -283,7 +285,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   // The loss and gradient norm of a CUDA run come with the statistics, so record() never waits
   // for the device; with stop_on_nan the loss is read now (a wait) to stop at this very step.
   auto scalar = [&](const torch::Tensor& t, double* dst, bool now) {
-    if (now || !stream_ || !t.is_cuda()) {
+    if (now || !stream_ || t.device() != *stream_device_) {  // CPU, or another device: read now
       *dst = t.item<double>();
     } else {
       stream_->keep(t);  // made on the training stream, read on the side stream
@@ -294,10 +296,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   r->scalars[1] = lr;
   scalar(grad_norm, &r->scalars[2], false);
   auto due = [&](const char* s) { return step % cadence_[s] == 0; };
-  const torch::Device* async_device = nullptr;
-  torch::Device stream_device = matrices_.empty() ? torch::Device(torch::kCPU) : matrices_.front()->weight.device();
-  if (stream_) async_device = &stream_device;
-  fetch->counters = PendingCounters::take(async_device);  // drained every step; kept when due
+  fetch->counters = PendingCounters::take(stream_ ? &*stream_device_ : nullptr);  // drained every step; kept when due
   fetch->counters_due = due("attention");
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
   StatsGraph* graph = nullptr;

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,7 @@ class Monitor : public torch::CustomClassHolder {
   TraceLayout layout_;
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<StatsStream> stream_;          // CUDA weights: statistics beside training
+  std::optional<torch::Device> stream_device_;   // its device: counters there are taken without waiting
   std::unique_ptr<TraceRecord> pending_record_;  // queued by the last record(), appended by the next
   std::unique_ptr<RecordFetch> pending_fetch_;
 };

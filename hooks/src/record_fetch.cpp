@@ -3,13 +3,15 @@
 namespace lpdiag::hooks {
 
 void RecordFetch::add(const torch::Tensor& t, const std::vector<double*>& d) {
-  values.push_back(t.detach().reshape({-1}));
-  for (double* p : d) dst.push_back({p, nullptr});
+  std::vector<Dst> to;
+  for (double* p : d) to.push_back({p, nullptr});
+  add(t, to);
 }
 
 void RecordFetch::add(const torch::Tensor& t, const std::vector<float*>& d) {
-  values.push_back(t.detach().reshape({-1}));
-  for (float* p : d) dst.push_back({nullptr, p});
+  std::vector<Dst> to;
+  for (float* p : d) to.push_back({nullptr, p});
+  add(t, to);
 }
 
 void RecordFetch::add(const torch::Tensor& t, const std::vector<Dst>& d) {

@@ -10,7 +10,7 @@ torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
   if (v.isTensor()) return v.toTensor();
   TORCH_CHECK(v.isDouble() || v.isInt(), "lpdiag.Monitor.record: ", name, " must be a float or a scalar tensor, got ",
               v.tagKind());
-  return torch::scalar_tensor(v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt()), torch::kFloat64);
+  return torch::scalar_tensor(v.isDouble() ? v.to<double>() : static_cast<double>(v.to<int64_t>()), torch::kFloat64);
 }
 }  // namespace
 
