@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -56,6 +56,18 @@ for s in "$@"; do
       grep -hE "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible" "$OUT"/ncu-details-*.txt | head -60
       ncu --import "$OUT/flash.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
+    ncusrc)
+      # Where the d = 128 non-causal kernels stall, per SASS instruction (warp-state sampling).
+      for k in fwd bwd; do
+        stage "ncu source $k"
+        timeout 200 ncu --clock-control none --set full -k regex:"flash_${k}_kernel" -c 1 -o "$OUT/src-$k" \
+          $B/bench/bench_attention --only 2 --ours-only --reps 1 >"$OUT/ncusrc-$k.log" 2>&1; echo "rc=$?"
+        ncu --import "$OUT/src-$k.ncu-rep" --page details >"$OUT/src-details-$k.txt" 2>&1
+        ncu --import "$OUT/src-$k.ncu-rep" --page source --csv --print-source sass >"$OUT/src-sass-$k.csv" 2>"$OUT/src-sass-$k.err"
+        python3 bench/ncu_summary.py "$OUT/src-sass-$k.csv" --top 10 >"$OUT/src-summary-$k.txt" 2>&1; cat "$OUT/src-summary-$k.txt"
+        gzip -f "$OUT/src-sass-$k.csv"; rm -f "$OUT/src-$k.ncu-rep" "$OUT/src-sass-$k.err" "$OUT/ncusrc-$k.log"
+        grep -E "flash_|Duration|Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/src-details-$k.txt" | head -40
+      done ;;
     gpt2)
       G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 50 --timed-from 10"
       for cfg in "sdpa:--attention sdpa --no-monitor" "off:--instrument off --no-monitor" \

@@ -1,13 +1,15 @@
 // FlashAttention-2 backward, bf16: one block per (Bc keys, batch x head), Bc / 16 warps of 16
-// keys (Bc = 64 or 128), looping over query tiles of Br rows (64 for d = 64, 32 for d = 128) double-buffered through
-// cp.async. Per tile, in the CPU fa2 policy's operations: S recomputed as in the forward,
-// P = exp(S - L), dP = dO V^T, dS = P (dP - delta) in fp32; dV += bf16(P)^T dO and
-// dK += bf16(dS)^T Q accumulate in fp32 registers; dQ += bf16(dS) K goes to an fp32 buffer by
-// atomic adds. The scale alpha and the final bf16 rounding come last, as on the CPU.
+// keys (Bc = 64 or 128), looping over query tiles of Br = 64 rows
+// double-buffered through cp.async. Per tile: S recomputed, P = 2^(S alpha log2 e - L log2 e)
+// (MUFU exp; the CPU fa2 policy's P up to its last bits), dP = dO V^T, dS = P (dP - delta) in
+// fp32; dV += bf16(P)^T dO and dK += bf16(dS)^T Q accumulate in fp32 registers; dQ += bf16(dS) K
+// goes to an fp32 buffer by atomic adds. The scale alpha and the final bf16 rounding come last,
+// as on the CPU. Only tiles that cross the sequence's end or the causal diagonal are masked.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "error_sums.cuh"
 #include "forward_kernel.cuh"
@@ -21,15 +23,17 @@ __host__ __device__ constexpr int bwd_warps() {
   return Bc / 16;
 }
 
+// Query rows per tile: 64 at both head dims. At d = 128, 64 rows against 32 took the backward
+// from 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/BENCHMARKS.md).
 template <int D>
 __host__ __device__ constexpr int bwd_rows() {
-  return D == 64 ? 64 : 32;
+  return 64;
 }
 
 template <int D, int Bc>
 __host__ __device__ constexpr int bwd_smem_bytes() {
   constexpr int Br = bwd_rows<D>();
-  return (2 * Bc * D + 4 * Br * D + Br * Bc) * 2 + 4 * Br * 4;
+  return (2 * Bc * D + 4 * Br * D + Br * Bc) * 2 + 4 * Br * 4 + kSmemAlign;
 }
 
 template <int D, bool Causal, int Bc>
@@ -43,15 +47,17 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   constexpr int RG = Br / 16;  // dQ row groups
   constexpr int CG = kBwdWarps / RG;
   constexpr int QT = OT / CG;  // dQ n-tiles per warp
+  constexpr std::uint32_t kRowD = D * 2, kRowBc = Bc * 2;  // bytes per shared row
+  constexpr std::uint32_t kStage = Br * D * 2;             // bytes per query-tile stage
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(align_smem(smem_raw));
   __nv_bfloat16* vs = ks + Bc * D;
   // Stage s of the query (dO) tile lives at qs + s * Br * D (dos + s * Br * D).
   __nv_bfloat16* qs = vs + Bc * D;
   __nv_bfloat16* dos = qs + 2 * Br * D;
   __nv_bfloat16* dss = dos + 2 * Br * D;  // bf16(dS), [query][key], swizzled over Bc columns
-  float* lse_s = reinterpret_cast<float*>(dss + Br * Bc);  // [2][Br]
-  float* delta_s = lse_s + 2 * Br;                                   // [2][Br]
+  float* lse_s = reinterpret_cast<float*>(dss + Br * Bc);  // [2][Br], L * log2(e)
+  float* delta_s = lse_s + 2 * Br;                         // [2][Br]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
@@ -64,6 +70,9 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   const std::int64_t head_off = static_cast<std::int64_t>(bh) * N;
   const float* lse_g = p.lse + head_off;
   const float* delta_g = p.delta + head_off;
+  // P = 2^(S * alpha * log2 e - L * log2 e): one FFMA and the MUFU exp, as FA2 does. The
+  // backward is not asked to match the CPU bit for bit (its gradients are compared in norm).
+  const float scale_log2 = p.scale * 1.4426950408889634f;
 
   const int i_begin = Causal ? j0 : 0;
   const int n_tiles = (N - i_begin + Br - 1) / Br;
@@ -73,7 +82,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
     load_tile<D, Br, Threads>(dos + buf * Br * D, dog, p.dout.sn, i0, N);
     if (threadIdx.x < Br) {
       const int i = i0 + threadIdx.x;
-      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] : 0.f;
+      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * 1.4426950408889634f : 0.f;
       delta_s[buf * Br + threadIdx.x] = i < N ? delta_g[i] : 0.f;
     }
   };
@@ -82,6 +91,18 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   load_tile<D, Bc, Threads>(vs, vg, p.v.sn, j0, N);
   load_rows(0, i_begin);
   cp_async_commit();
+
+  // This lane's fragment addresses (LaneFrag): K rows of this warp (V at + Bc rows), the query
+  // stage 0 (dO at + 2 stages), bf16(dS) rows of this warp's dQ row group, and K as dQ's B
+  // operand over this warp's column group.
+  const int rg = warp % RG, cg = warp / RG;
+  const LaneFrag<D> fd(lane);
+  const std::uint32_t k_a = smem_addr(ks) + warp * 16 * kRowD + fd.a;
+  const std::uint32_t q_nk = smem_addr(qs) + fd.b_nk;
+  const std::uint32_t q_kn = smem_addr(qs) + fd.b_kn;
+  const std::uint32_t k_kn = chunk_xor(smem_addr(ks) + fd.b_kn, cg * QT / 2);
+  const std::uint32_t ds_a = smem_addr(dss) + rg * 16 * kRowBc + LaneFrag<Bc>(lane).a;
+  constexpr std::uint32_t kToV = Bc * D * 2, kToDo = 2 * kStage;
 
   float dv[OT][4], dk[OT][4];
   zero_tiles(dv);
@@ -94,10 +115,12 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const __nv_bfloat16* qt = qs + (t & 1) * Br * D;
-    const __nv_bfloat16* dot = dos + (t & 1) * Br * D;
+    const std::uint32_t stage = (t & 1) * kStage;
+    const std::uint32_t q_nk_t = q_nk + stage, q_kn_t = q_kn + stage;
     const float* lt = lse_s + (t & 1) * Br;
     const float* dt = delta_s + (t & 1) * Br;
+    // Tiles that cross the end of the sequence or the causal diagonal need the mask.
+    const bool edge = i0 + Br > N || j0 + Bc > N || (Causal && j0 + Bc - 1 > i0);
 
     // S^T (16 keys x Br queries) and dP^T = V dO^T, both with this warp's keys as rows.
     float s[ST][4], dp[ST][4];
@@ -106,80 +129,89 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       std::uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, smem_addr(ks + a_frag<D>(warp * 16, kc, lane)));
-      ldmatrix_x4(va, smem_addr(vs + a_frag<D>(warp * 16, kc, lane)));
+      const std::uint32_t a_addr = chunk_xor(k_a, kc), b_addr = chunk_xor(q_nk_t, kc);
+      ldmatrix_x4(ka, a_addr);
+      ldmatrix_x4(va, a_addr + kToV);
 #pragma unroll
       for (int np = 0; np < ST / 2; ++np) {
         std::uint32_t bq[4], bd[4];
-        const int at = b_frag_nk<D>(2 * np, kc, lane);
-        ldmatrix_x4(bq, smem_addr(qt + at));
-        ldmatrix_x4(bd, smem_addr(dot + at));
+        ldmatrix_x4(bq, b_addr + np * 16 * kRowD);
+        ldmatrix_x4(bd, b_addr + np * 16 * kRowD + kToDo);
         mma_bf16_pair(s, np, ka, bq);
         mma_bf16_pair(dp, np, va, bd);
       }
     }
     // P^T and dS^T in place.
+    auto softmax_grad = [&](auto masked) {
 #pragma unroll
-    for (int n = 0; n < ST; ++n)
+      for (int n = 0; n < ST; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = n * 8 + 2 * (lane % 4) + (e & 1);
-        const int i = i0 + il, j = key[e / 2];
-        const bool valid = i < N && j < N && (!Causal || j <= i);
-        const float sc = __fmul_rn(p.scale, s[n][e]);
-        const float pe = valid ? expf(__fsub_rn(sc, lt[il])) : 0.f;
-        s[n][e] = pe;
-        dp[n][e] = __fmul_rn(pe, __fsub_rn(dp[n][e], dt[il]));
-      }
-    // dV += bf16(P)^T dO, dK += bf16(dS)^T Q; the A fragments come straight from S^T's registers.
+        for (int e = 0; e < 4; ++e) {
+          const int il = n * 8 + 2 * (lane % 4) + (e & 1);
+          float pe = exp2_approx(fmaf(s[n][e], scale_log2, -lt[il]));
+          if constexpr (decltype(masked)::value) {
+            const int i = i0 + il, j = key[e / 2];
+            if (!(i < N && j < N && (!Causal || j <= i))) pe = 0.f;
+          }
+          s[n][e] = pe;
+          dp[n][e] = pe * (dp[n][e] - dt[il]);
+        }
+    };
+    if (edge) softmax_grad(std::true_type{});
+    else softmax_grad(std::false_type{});
+    // bf16(P)^T and bf16(dS)^T as A fragments, straight from the registers of S^T and dP^T.
+    std::uint32_t pa[Br / 16][4], da[Br / 16][4];
 #pragma unroll
     for (int kc = 0; kc < Br / 16; ++kc) {
-      std::uint32_t pa[4], da[4];
-      c_to_a(pa, s, kc);
-      c_to_a(da, dp, kc);
+      c_to_a(pa[kc], s, kc);
+      c_to_a(da[kc], dp, kc);
+    }
+    // dV += bf16(P)^T dO, dK += bf16(dS)^T Q.
 #pragma unroll
-      for (int np = 0; np < OT / 2; ++np) {
+    for (int np = 0; np < OT / 2; ++np) {
+      const std::uint32_t b_addr = chunk_xor(q_kn_t, np);
+#pragma unroll
+      for (int kc = 0; kc < Br / 16; ++kc) {
         std::uint32_t bd[4], bq[4];
-        const int at = b_frag_kn<D>(kc, 2 * np, lane);
-        ldmatrix_x4_trans(bd, smem_addr(dot + at));
-        ldmatrix_x4_trans(bq, smem_addr(qt + at));
-        mma_bf16_pair(dv, np, pa, bd);
-        mma_bf16_pair(dk, np, da, bq);
+        ldmatrix_x4_trans(bd, b_addr + kc * 16 * kRowD + kToDo);
+        ldmatrix_x4_trans(bq, b_addr + kc * 16 * kRowD);
+        mma_bf16_pair(dv, np, pa[kc], bd);
+        mma_bf16_pair(dk, np, da[kc], bq);
       }
     }
-    // bf16(dS) to shared memory as [query][key] for dQ = dS K.
-    auto* dss2 = dss;
+    // bf16(dS) to shared memory as [query][key] for dQ = dS K: the halves of da (C fragment
+    // element e of tile n is half e & 1 of register (n % 2) * 2 + e / 2 of da[n / 2]).
 #pragma unroll
     for (int n = 0; n < ST; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int il = n * 8 + 2 * (lane % 4) + (e & 1);
         const int jl = warp * 16 + lane / 4 + (e / 2) * 8;
-        dss2[swz<Bc>(il, jl)] = __float2bfloat16_rn(dp[n][e]);
+        const std::uint32_t w = da[n / 2][(n % 2) * 2 + e / 2];
+        dss[swz<Bc>(il, jl)] = __ushort_as_bfloat16(static_cast<unsigned short>((e & 1) ? w >> 16 : w & 0xffffu));
       }
     __syncthreads();
     {
-      const int rg = warp % RG, cg = warp / RG;
       float dq[QT][4];
       zero_tiles(dq);
 #pragma unroll
       for (int kc = 0; kc < Bc / 16; ++kc) {
         std::uint32_t a[4];
-        ldmatrix_x4(a, smem_addr(dss + a_frag<Bc>(rg * 16, kc, lane)));
+        ldmatrix_x4(a, chunk_xor(ds_a, kc));
 #pragma unroll
         for (int np = 0; np < QT / 2; ++np) {
           std::uint32_t bk[4];
-          ldmatrix_x4_trans(bk, smem_addr(ks + b_frag_kn<D>(kc, cg * QT + 2 * np, lane)));
+          ldmatrix_x4_trans(bk, chunk_xor(k_kn, np) + kc * 16 * kRowD);
           mma_bf16_pair(dq, np, a, bk);
         }
       }
+      float* dq_rows = p.dq_accum + (head_off + i0 + rg * 16 + lane / 4) * D + cg * QT * 8 + 2 * (lane % 4);
 #pragma unroll
       for (int q2 = 0; q2 < QT; ++q2)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {
           const int i = i0 + rg * 16 + lane / 4 + (e / 2) * 8;
-          const int c = (cg * QT + q2) * 8 + 2 * (lane % 4) + (e & 1);
-          if (i < N) atomicAdd(p.dq_accum + (head_off + i) * D + c, dq[q2][e]);
+          if (!edge || i < N) atomic_add_pair(dq_rows + (e / 2) * 8 * D + q2 * 8, dq[q2][e], dq[q2][e + 1]);
         }
     }
     __syncthreads();

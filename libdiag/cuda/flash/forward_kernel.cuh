@@ -22,7 +22,7 @@ constexpr int kFwdWarps = 8;
 
 template <int D>
 __host__ __device__ constexpr int fwd_smem_bytes() {
-  return (kFwdRows * D + 4 * kBlockKeys * D) * 2;
+  return (kFwdRows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
 }
 
 // Copies `rows` rows of a (N x D) bf16 head into a swizzled shared tile; rows past n are zeros.
@@ -54,8 +54,9 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   constexpr int NT = kBlockKeys / 8;  // S n-tiles per key tile
   constexpr int OT = D / 8;           // O n-tiles
   constexpr int KC = D / 16;          // k-chunks of the QK^T product
+  constexpr std::uint32_t kRowD = D * 2;  // bytes per shared row
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(align_smem(smem_raw));
   // Stage s of the key (value) tile lives at ks + s * kStage (vs + s * kStage).
   constexpr int kStage = kBlockKeys * D;
   __nv_bfloat16* ks = qs + kFwdRows * D;
@@ -84,6 +85,12 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   load_tile<D, kBlockKeys, kFwdWarps * 32>(ks, kg, p.k.sn, 0, N);
   load_tile<D, kBlockKeys, kFwdWarps * 32>(vs, vg, p.v.sn, 0, N);
   cp_async_commit();
+
+  // This lane's fragment addresses (LaneFrag): K's stage 0 as the B operand of S, V's as the
+  // (transposed) B operand of P-bar V.
+  const LaneFrag<D> fd(lane);
+  const std::uint32_t k_nk = smem_addr(ks) + fd.b_nk;
+  const std::uint32_t v_kn = smem_addr(vs) + fd.b_kn;
 
   const int wrow0 = m0 + warp * 16;
   const int row[2] = {wrow0 + lane / 4, wrow0 + lane / 4 + 8};
@@ -115,23 +122,27 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
     if (t == 0) {
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc)
-        ldmatrix_x4(qf[kc], smem_addr(qs + a_frag<D>(warp * 16, kc, lane)));
+        ldmatrix_x4(qf[kc], chunk_xor(smem_addr(qs) + warp * 16 * kRowD + fd.a, kc));
     }
     // A warp skips tiles entirely above its rows (causal) and does nothing past the end.
     if (warp_live && (!Causal || j0 <= wrow0)) {
-      const __nv_bfloat16* kt = ks + (t & 1) * kStage;
-      const __nv_bfloat16* vt = vs + (t & 1) * kStage;
+      const std::uint32_t stage = (t & 1) * kStage * 2;
+      const std::uint32_t k_nk_t = k_nk + stage, v_kn_t = v_kn + stage;
       float s[NT][4];
       zero_tiles(s);
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
+      for (int kc = 0; kc < KC; ++kc) {
+        const std::uint32_t b_addr = chunk_xor(k_nk_t, kc);
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           std::uint32_t bfr[4];
-          ldmatrix_x4(bfr, smem_addr(kt + b_frag_nk<D>(2 * np, kc, lane)));
+          ldmatrix_x4(bfr, b_addr + np * 16 * kRowD);
           mma_bf16_pair(s, np, qf[kc], bfr);
         }
-      // Scale and mask; the tile max and, for the counters and the fix, how often it occurs.
+      }
+      // Scale and mask (only tiles that cross the end or this warp's causal diagonal); the
+      // tile max and, for the counters and the fix, how often it occurs.
+      const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
       float tm[2] = {neg_inf, neg_inf};
 #pragma unroll
       for (int n = 0; n < NT; ++n)
@@ -140,7 +151,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           const int j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
           const int r = e / 2;
           float v = __fmul_rn(p.scale, s[n][e]);
-          if (j >= N || (Causal && j > row[r])) v = neg_inf;
+          if (edge && (j >= N || (Causal && j > row[r]))) v = neg_inf;
           s[n][e] = v;
           tm[r] = fmaxf(tm[r], v);
         }
@@ -214,15 +225,16 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           acc[t2][e] = __fmul_rn(acc[t2][e], corr[e / 2]);
           if constexpr (Level > 1) acc_hp[t2][e] = __fmul_rn(acc_hp[t2][e], corr[e / 2]);
         }
+      // acc += bf16(P-bar) V; at full also acc_hp += (hi + lo) V with P-bar = hi + lo to ~2^-17.
 #pragma unroll
       for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
         std::uint32_t a[4], lo[4];
         c_to_a(a, s, kc);
-        if constexpr (Level > 1) c_to_a_residual(lo, s, kc);  // hp: P-bar = hi + lo to ~2^-17; both go through the MMA
+        if constexpr (Level > 1) c_to_a_residual(lo, s, kc);
 #pragma unroll
         for (int np = 0; np < OT / 2; ++np) {
           std::uint32_t bfr[4];
-          ldmatrix_x4_trans(bfr, smem_addr(vt + b_frag_kn<D>(kc, 2 * np, lane)));
+          ldmatrix_x4_trans(bfr, chunk_xor(v_kn_t, np) + kc * 16 * kRowD);
           mma_bf16_pair(acc, np, a, bfr);
           if constexpr (Level > 1) {
             mma_bf16_pair(acc_hp, np, a, bfr);

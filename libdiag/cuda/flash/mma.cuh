@@ -80,22 +80,62 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-// Lane addresses (element offsets in a swizzled tile of D columns) for the three fragment loads:
-// a_frag: ldmatrix_x4 -> the A fragment of rows [row0, row0 + 16), columns [16 kc, 16 kc + 16);
-// b_frag_nk: ldmatrix_x4 -> B fragments of n-tiles nt and nt + 1 (tile rows are n, columns k);
-// b_frag_kn: ldmatrix_x4_trans -> B fragments of n-tiles nt and nt + 1 (tile rows are k, columns n).
-// In the last two, registers 0-1 belong to n-tile nt and 2-3 to n-tile nt + 1.
-template <int D>
-__device__ __forceinline__ int a_frag(int row0, int kc, int lane) {
-  return swz<D>(row0 + lane % 16, kc * 16 + (lane / 16) * 8);
+// One lane's byte offsets for the three fragment loads from a swz<Cols> tile, with the loop
+// index kept out of the lane's part so that a loop pays one XOR per index (ncu: the address
+// arithmetic was ~35% of the backward's instructions):
+//   a:    ldmatrix_x4       -> A fragment, rows [row0, row0 + 16), columns [16 k, 16 k + 16):
+//         row0 * kRow + (a ^ (k << 5))
+//   b_nk: ldmatrix_x4       -> B fragments of n-tiles nt, nt + 1 (tile rows n, columns k):
+//         nt * 8 * kRow + (b_nk ^ (k << 5))
+//   b_kn: ldmatrix_x4_trans -> B fragments of n-tiles 2 np, 2 np + 1 (tile rows k, columns n):
+//         k * 16 * kRow + (b_kn ^ (np << 5))
+// In the B loads registers 0-1 belong to the first n-tile and 2-3 to the second. Exact because a
+// lane's swizzled chunk is (2 k + c) ^ (row & 7) with c in {0, 1} and row & 7 = lane % 8 (row0
+// and nt * 8 are multiples of 8), which is 2 k ^ (c ^ lane % 8), and 2 k << 4 = k << 5 touches
+// only the chunk bits, below one row. The offsets may equally be XORed on absolute addresses
+// when the tile starts on a kRow boundary (align_smem).
+template <int Cols>
+struct LaneFrag {
+  static constexpr std::uint32_t kRow = Cols * 2;  // bytes per tile row
+  std::uint32_t a, b_nk, b_kn;
+  __device__ explicit LaneFrag(int lane) {
+    const std::uint32_t r = lane % 8, c16 = lane / 16, c8 = (lane / 8) & 1;
+    a = (lane % 16) * kRow + ((c16 ^ r) << 4);
+    b_nk = (c16 * 8 + r) * kRow + ((c8 ^ r) << 4);
+    b_kn = (c8 * 8 + r) * kRow + ((c16 ^ r) << 4);
+  }
+};
+
+// The chunk part of a LaneFrag address for loop index k.
+__device__ __forceinline__ std::uint32_t chunk_xor(std::uint32_t lane_addr, int k) {
+  return lane_addr ^ (static_cast<std::uint32_t>(k) << 5);
 }
-template <int D>
-__device__ __forceinline__ int b_frag_nk(int nt, int kc, int lane) {
-  return swz<D>((nt + lane / 16) * 8 + lane % 8, kc * 16 + ((lane / 8) & 1) * 8);
+
+// Dynamic shared memory rounded up to a kSmemAlign boundary (launchers allocate kSmemAlign more),
+// so that every tile starts on a row boundary and LaneFrag offsets XOR onto absolute addresses.
+constexpr int kSmemAlign = 1024;
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
+  const std::uint32_t a = smem_addr(p);
+  return p + ((kSmemAlign - (a & (kSmemAlign - 1))) & (kSmemAlign - 1));
 }
-template <int D>
-__device__ __forceinline__ int b_frag_kn(int kc, int nt, int lane) {
-  return swz<D>(kc * 16 + ((lane / 8) & 1) * 8 + lane % 8, (nt + lane / 16) * 8);
+
+// p[0] += a, p[1] += b atomically (p 8-byte aligned): one vector reduction on sm_90, where
+// the dQ atomics were ~10% of the backward's stall samples, two scalar ones before.
+__device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
+// 2^x, the MUFU approximation (rel. error ~2^-22), flushing subnormal results to zero: where
+// exactness against the CPU is not asked for (the backward's P).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Columns [16 kc, 16 kc + 16) of C tiles (8 columns each), rounded to bf16, as an A fragment:
