@@ -254,11 +254,16 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
       const uint4 gv = *reinterpret_cast<const uint4*>(g + c8);
       const auto* ob = reinterpret_cast<const __nv_bfloat16*>(&ov);
       const auto* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
+      float rv[8];
+      if constexpr (Full) {  // two 16-byte loads (the residual rows are 16-byte aligned)
+        *reinterpret_cast<float4*>(rv) = *reinterpret_cast<const float4*>(res + c8);
+        *reinterpret_cast<float4*>(rv + 4) = *reinterpret_cast<const float4*>(res + c8 + 4);
+      }
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         const float of = __bfloat162float(ob[c]), gf = __bfloat162float(gb[c]);
         acc = __fadd_rn(acc, __fmul_rn(gf, of));
-        if constexpr (Full) hp += static_cast<double>(gf) * (static_cast<double>(of) - static_cast<double>(res[c8 + c]));
+        if constexpr (Full) hp += static_cast<double>(gf) * (static_cast<double>(of) - static_cast<double>(rv[c]));
       }
     }
     p.delta[head_off + i] = acc;

@@ -98,9 +98,9 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
 
   std::uint32_t qf[KC][4];
   float acc[OT][4];
-  float acc_hp[Level > 1 ? OT : 1][4];
+  float acc_lo[Level > 1 ? OT : 1][4];  // full: the lo terms' share of acc_hp = acc + acc_lo
   zero_tiles(acc);
-  if constexpr (Level > 1) zero_tiles(acc_hp);
+  if constexpr (Level > 1) zero_tiles(acc_lo);
   float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
   // Counter state per row (every lane of the row's quad holds the same values).
   float row_max[2] = {neg_inf, neg_inf};
@@ -218,14 +218,18 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) l[e / 2] = __fadd_rn(l[e / 2], s[n][e]);
+      // The rescale, skipped when no row of the warp moved its max (x * 1 = x exactly).
+      if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-      for (int t2 = 0; t2 < OT; ++t2)
+        for (int t2 = 0; t2 < OT; ++t2)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[t2][e] = __fmul_rn(acc[t2][e], corr[e / 2]);
-          if constexpr (Level > 1) acc_hp[t2][e] = __fmul_rn(acc_hp[t2][e], corr[e / 2]);
-        }
-      // acc += bf16(P-bar) V; at full also acc_hp += (hi + lo) V with P-bar = hi + lo to ~2^-17.
+          for (int e = 0; e < 4; ++e) {
+            acc[t2][e] = __fmul_rn(acc[t2][e], corr[e / 2]);
+            if constexpr (Level > 1) acc_lo[t2][e] = __fmul_rn(acc_lo[t2][e], corr[e / 2]);
+          }
+      }
+      // acc += bf16(P-bar) V; at full also acc_lo += lo V, with P-bar = hi + lo to ~2^-17 and
+      // hi = bf16(P-bar): the hp accumulator is acc + acc_lo, one extra MMA instead of two.
 #pragma unroll
       for (int kc = 0; kc < kBlockKeys / 16; ++kc) {
         std::uint32_t a[4], lo[4];
@@ -237,8 +241,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           ldmatrix_x4_trans(bfr, chunk_xor(v_kn_t, np) + kc * 16 * kRowD);
           mma_bf16_pair(acc, np, a, bfr);
           if constexpr (Level > 1) {
-            mma_bf16_pair(acc_hp, np, a, bfr);
-            mma_bf16_pair(acc_hp, np, lo, bfr);
+            mma_bf16_pair(acc_lo, np, lo, bfr);
           }
         }
       }
@@ -267,8 +270,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
         *reinterpret_cast<std::uint32_t*>(orow + c) = packed;
         if constexpr (Level > 1) {
           const __nv_bfloat162 ob = *reinterpret_cast<const __nv_bfloat162*>(&packed);
-          const float e0 = __fsub_rn(__low2float(ob), __fdiv_rn(acc_hp[t2][2 * r], l[r]));
-          const float e1 = __fsub_rn(__high2float(ob), __fdiv_rn(acc_hp[t2][2 * r + 1], l[r]));
+          const float e0 = __low2float(ob) - (acc[t2][2 * r] + acc_lo[t2][2 * r]) / l[r];
+          const float e1 = __high2float(ob) - (acc[t2][2 * r + 1] + acc_lo[t2][2 * r + 1]) / l[r];
           *reinterpret_cast<float2*>(p.residual + (head_off + row[r]) * D + c) = make_float2(e0, e1);
           err.add(e0);
           err.add(e1);
