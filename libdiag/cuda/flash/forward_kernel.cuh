@@ -107,7 +107,6 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   int row_count[2] = {0, 0};
   bool engaged[2] = {false, false};
   unsigned int tile_rep = 0, pbar_one = 0;
-  float logit_max = neg_inf;
   const bool warp_live = wrow0 < N;
 
   for (int t = 0; t < n_tiles; ++t) {
@@ -192,7 +191,6 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           tile_rep += (lane % 4 == 0) && tc[r] >= 2 && row[r] < N;
           if (tm[r] > row_max[r]) row_max[r] = tm[r], row_count[r] = tc[r];
           else if (tm[r] == row_max[r]) row_count[r] += tc[r];
-          if (row[r] < N) logit_max = fmaxf(logit_max, tm[r]);
         }
         float shift = tm[r];
         if (p.fix.kind != 0 && near[r] >= 2) {
@@ -282,6 +280,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   }
   if constexpr (Level > 0) {
     unsigned int rows = 0, rep = 0, zrep = 0, eng = 0;
+    float logit_max = neg_inf;  // the max over tiles of the tile max is row_max
     if (warp_live && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -290,6 +289,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
         rep += row_count[r] >= 2;
         zrep += row_count[r] >= 2 && row_max[r] == 0.f;
         eng += engaged[r];
+        logit_max = fmaxf(logit_max, row_max[r]);
       }
     }
     unsigned int vals[6] = {rows, rep, tile_rep, zrep, pbar_one, eng};
