@@ -4,11 +4,15 @@
 //                                              backward 2.5x forward: ../shared/device/README.md)
 //   bench_attention --check                    gradient errors against an fp64 reference, ours
 //                                              against SDPA flash's (exit 1 above 1.5x)
+//   bench_attention --require-targets          also exit 1 when a speed target of the CUDA
+//                                              kernels issue is missed (attention_targets.hpp)
 // Exits 77 when no GPU is visible.
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +27,8 @@
 #include "lpdiag/cuda/device.hpp"
 #include "lpdiag/cuda/flash_attention.hpp"
 #include "lpdiag/hooks/flash_tensors.hpp"
+
+#include "attention_targets.hpp"
 
 namespace lc = lpdiag::cuda;
 
@@ -153,7 +159,7 @@ double rel(const torch::Tensor& a, const torch::Tensor& ref) {
 
 int check(const std::string& json_path) {
   int bad = 0;
-  std::string json = "[";
+  nlohmann::json json = nlohmann::json::array();
   auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   for (std::int64_t d : {64, 128})
     for (bool causal : {false, true})
@@ -192,13 +198,10 @@ int check(const std::string& json_path) {
           bad += !ok;
           std::printf("%-34s %-11s %-2s ours %.3e  sdpa flash %.3e  ratio %.2f %s\n", s.name().c_str(), input.c_str(),
                       names[x], eo[x], ef[x], eo[x] / ef[x], ok ? "ok" : "FAIL");
-          json += std::string(json.size() > 1 ? "," : "") + "{\"shape\":\"" + s.name() + "\",\"input\":\"" + input +
-                  "\",\"tensor\":\"" + names[x] + "\",\"ours\":" + std::to_string(eo[x]) +
-                  ",\"sdpa_flash\":" + std::to_string(ef[x]) + "}";
+          json.push_back({{"shape", s.name()}, {"input", input}, {"tensor", names[x]}, {"ours", eo[x]}, {"sdpa_flash", ef[x]}});
         }
       }
-  json += "]";
-  if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
+  if (!json_path.empty()) std::ofstream(json_path) << json.dump(1) << "\n";
   std::printf("%s: %d comparisons above 1.5x SDPA flash\n", bad ? "FAILED" : "PASSED", bad);
   return bad ? 1 : 0;
 }
@@ -212,7 +215,7 @@ int main(int argc, char** argv) {
   }
   int reps = 30;
   std::string json_path;
-  bool do_check = false, ours_only = false;
+  bool do_check = false, ours_only = false, require_targets = false;
   int only = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -221,9 +224,12 @@ int main(int argc, char** argv) {
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) only = std::stoi(argv[++i]);  // one shape (0, 1, 2), for the profiler
     else if (a == "--ours-only") ours_only = true;
+    else if (a == "--require-targets") require_targets = true;
     else if (a == "--bwd-keys" && i + 1 < argc) g_bwd_key_block = std::stoi(argv[++i]);  // 64 or 128 (0: default)
     else {
-      std::fprintf(stderr, "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128]\n");
+      std::fprintf(stderr,
+                   "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128] "
+                   "[--require-targets]\n");
       return 2;
     }
   }
@@ -238,14 +244,30 @@ int main(int argc, char** argv) {
     all.insert(all.end(), r.begin(), r.end());
   }
   std::printf("\n%-28s %-16s %9s %9s %9s %9s %9s\n", "shape", "impl", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s", "f+b TF/s");
-  std::string json = "[";
+  nlohmann::json json = {{"rows", nlohmann::json::array()}, {"targets", nlohmann::json::array()}};
+  std::vector<lpdiag::bench::Timing> timings;
   for (const Row& r : all) {
     std::printf("%-28s %-16s %9.3f %9.3f %9.1f %9.1f %9.1f\n", r.shape.c_str(), r.impl.c_str(), r.fwd_ms, r.bwd_ms,
                 r.fwd_tflops, r.bwd_tflops, r.total_tflops);
-    json += std::string(json.size() > 1 ? "," : "") + "{\"shape\":\"" + r.shape + "\",\"impl\":\"" + r.impl +
-            "\",\"fwd_ms\":" + std::to_string(r.fwd_ms) + ",\"bwd_ms\":" + std::to_string(r.bwd_ms) + "}";
+    json["rows"].push_back({{"shape", r.shape}, {"impl", r.impl}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms},
+                            {"fwd_tflops", r.fwd_tflops}, {"bwd_tflops", r.bwd_tflops}, {"total_tflops", r.total_tflops}});
+    timings.push_back({r.shape, r.impl, r.fwd_ms, r.bwd_ms});
   }
-  json += "]";
-  if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
-  return 0;
+  // The issue's targets on fwd+bwd time: counters >= 1.0x SDPA flash, counters <= +5% and
+  // full <= +30% over off.
+  int missed = 0;
+  std::printf("\ntargets (fwd+bwd time)\n");
+  for (const auto& c : lpdiag::bench::check_targets(timings)) {
+    const bool ratio = c.target == "counters vs sdpa flash";
+    if (ratio)
+      std::printf("%-28s %-24s %7.3fx  limit >= %.2fx  %s\n", c.shape.c_str(), c.target.c_str(), c.value, c.limit,
+                  c.met ? "met" : "MISSED");
+    else
+      std::printf("%-28s %-24s %+6.1f%%  limit <= +%.0f%%  %s\n", c.shape.c_str(), c.target.c_str(), 100 * c.value,
+                  100 * c.limit, c.met ? "met" : "MISSED");
+    missed += !c.met;
+    json["targets"].push_back({{"shape", c.shape}, {"target", c.target}, {"value", c.value}, {"limit", c.limit}, {"met", c.met}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << json.dump(1) << "\n";
+  return require_targets && missed > 0 ? 1 : 0;
 }

@@ -44,7 +44,7 @@ for s in "$@"; do
     bench)
       stage "bench_attention"
       timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1; echo "rc=$?"
-      tail -20 "$OUT/bench.log" ;;
+      tail -32 "$OUT/bench.log" ;;
     ncu)
       stage "ncu"
       # GPT-2 small (shape 0) and d128 non-causal (shape 2): our off-level forward and backward kernels.

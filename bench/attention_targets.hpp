@@ -1,0 +1,52 @@
+// The CUDA kernels issue's speed targets, checked from bench_attention's timings (fwd + bwd
+// time per shape): counters at least as fast as SDPA flash, counters at most 5% and full at most
+// 30% over off. Pure arithmetic, no torch or CUDA, so that the unit tests run everywhere.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lpdiag::bench {
+
+struct Timing {
+  std::string shape, impl;  // impl: "lpdiag off", "lpdiag counters", "lpdiag full", "sdpa flash", ...
+  double fwd_ms, bwd_ms;
+};
+
+struct TargetCheck {
+  std::string shape, target;  // target: "counters vs sdpa flash", "counters over off", "full over off"
+  double value;               // speed ratio (>= limit passes) or fractional overhead (<= limit passes)
+  double limit;
+  bool met;
+};
+
+// One check per target and shape whose rows are all present (a shape timed with --ours-only
+// has no SDPA row, so no first check). Shapes keep their order of first appearance.
+inline std::vector<TargetCheck> check_targets(const std::vector<Timing>& rows) {
+  std::vector<std::string> shapes;
+  std::map<std::string, std::map<std::string, double>> total;  // shape -> impl -> fwd + bwd ms
+  for (const Timing& t : rows) {
+    if (!total.count(t.shape)) shapes.push_back(t.shape);
+    total[t.shape][t.impl] = t.fwd_ms + t.bwd_ms;
+  }
+  std::vector<TargetCheck> out;
+  for (const std::string& s : shapes) {
+    const auto& m = total[s];
+    auto has = [&](const char* impl) { return m.count(impl) > 0 && m.at(impl) > 0.0; };
+    if (has("lpdiag counters") && has("sdpa flash")) {
+      const double r = m.at("sdpa flash") / m.at("lpdiag counters");
+      out.push_back({s, "counters vs sdpa flash", r, 1.0, r >= 1.0});
+    }
+    if (has("lpdiag counters") && has("lpdiag off")) {
+      const double o = m.at("lpdiag counters") / m.at("lpdiag off") - 1.0;
+      out.push_back({s, "counters over off", o, 0.05, o <= 0.05});
+    }
+    if (has("lpdiag full") && has("lpdiag off")) {
+      const double o = m.at("lpdiag full") / m.at("lpdiag off") - 1.0;
+      out.push_back({s, "full over off", o, 0.30, o <= 0.30});
+    }
+  }
+  return out;
+}
+
+}  // namespace lpdiag::bench
