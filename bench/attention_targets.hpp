@@ -37,14 +37,14 @@ inline std::vector<TargetCheck> check_targets(const std::vector<Timing>& rows) {
       const double r = m.at("sdpa flash") / m.at("lpdiag counters");
       out.push_back({s, "counters vs sdpa flash", r, 1.0, r >= 1.0});
     }
-    if (has("lpdiag counters") && has("lpdiag off")) {
-      const double o = m.at("lpdiag counters") / m.at("lpdiag off") - 1.0;
-      out.push_back({s, "counters over off", o, 0.05, o <= 0.05});
-    }
-    if (has("lpdiag full") && has("lpdiag off")) {
-      const double o = m.at("lpdiag full") / m.at("lpdiag off") - 1.0;
-      out.push_back({s, "full over off", o, 0.30, o <= 0.30});
-    }
+    // An instrumentation level's fractional cost over off, at most `limit`.
+    auto overhead = [&](const char* level, const char* impl, double limit) {
+      if (!has(impl) || !has("lpdiag off")) return;
+      const double o = m.at(impl) / m.at("lpdiag off") - 1.0;
+      out.push_back({s, std::string(level) + " over off", o, limit, o <= limit});
+    };
+    overhead("counters", "lpdiag counters", 0.05);
+    overhead("full", "lpdiag full", 0.30);
   }
   return out;
 }

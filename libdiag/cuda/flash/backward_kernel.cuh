@@ -23,23 +23,21 @@ __host__ __device__ constexpr int bwd_warps() {
   return Bc / 16;
 }
 
-// Query rows per tile: 64 at both head dims. At d = 128, 64 rows against 32 took the backward
-// from 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/BENCHMARKS.md).
-template <int D>
-__host__ __device__ constexpr int bwd_rows() {
-  return 64;
-}
+// Query rows per tile, both head dims. At d = 128, 64 rows against 32 took the backward from
+// 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/BENCHMARKS.md).
+constexpr int kBwdRows = 64;
+constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D, int Bc>
 __host__ __device__ constexpr int bwd_smem_bytes() {
-  constexpr int Br = bwd_rows<D>();
+  constexpr int Br = kBwdRows;
   return (2 * Bc * D + 4 * Br * D + Br * Bc) * 2 + 4 * Br * 4 + kSmemAlign;
 }
 
 template <int D, bool Causal, int Bc>
 __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdParams p) {
   constexpr int kBwdWarps = bwd_warps<Bc>();
-  constexpr int Br = bwd_rows<D>();
+  constexpr int Br = kBwdRows;
   constexpr int Threads = kBwdWarps * 32;
   constexpr int ST = Br / 8;   // n-tiles of S^T (queries)
   constexpr int KC = D / 16;   // k-chunks over d
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   const float* delta_g = p.delta + head_off;
   // P = 2^(S * alpha * log2 e - L * log2 e): one FFMA and the MUFU exp, as FA2 does. The
   // backward is not asked to match the CPU bit for bit (its gradients are compared in norm).
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float scale_log2 = p.scale * kLog2e;
 
   const int i_begin = Causal ? j0 : 0;
   const int n_tiles = (N - i_begin + Br - 1) / Br;
@@ -82,7 +80,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
     load_tile<D, Br, Threads>(dos + buf * Br * D, dog, p.dout.sn, i0, N);
     if (threadIdx.x < Br) {
       const int i = i0 + threadIdx.x;
-      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * 1.4426950408889634f : 0.f;
+      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * kLog2e : 0.f;
       delta_s[buf * Br + threadIdx.x] = i < N ? delta_g[i] : 0.f;
     }
   };
@@ -102,7 +100,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   const std::uint32_t q_kn = smem_addr(qs) + fd.b_kn;
   const std::uint32_t k_kn = chunk_xor(smem_addr(ks) + fd.b_kn, cg * QT / 2);
   const std::uint32_t ds_a = smem_addr(dss) + rg * 16 * kRowBc + LaneFrag<Bc>(lane).a;
-  constexpr std::uint32_t kToV = Bc * D * 2, kToDo = 2 * kStage;
+  constexpr std::uint32_t kToV = Bc * D * 2, kToDout = 2 * kStage;
 
   float dv[OT][4], dk[OT][4];
   zero_tiles(dv);
@@ -136,7 +134,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
       for (int np = 0; np < ST / 2; ++np) {
         std::uint32_t bq[4], bd[4];
         ldmatrix_x4(bq, b_addr + np * 16 * kRowD);
-        ldmatrix_x4(bd, b_addr + np * 16 * kRowD + kToDo);
+        ldmatrix_x4(bd, b_addr + np * 16 * kRowD + kToDout);
         mma_bf16_pair(s, np, ka, bq);
         mma_bf16_pair(dp, np, va, bd);
       }
@@ -173,7 +171,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
 #pragma unroll
       for (int kc = 0; kc < Br / 16; ++kc) {
         std::uint32_t bd[4], bq[4];
-        ldmatrix_x4_trans(bd, b_addr + kc * 16 * kRowD + kToDo);
+        ldmatrix_x4_trans(bd, b_addr + kc * 16 * kRowD + kToDout);
         ldmatrix_x4_trans(bq, b_addr + kc * 16 * kRowD);
         mma_bf16_pair(dv, np, pa[kc], bd);
         mma_bf16_pair(dk, np, da[kc], bq);
