@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   const std::uint32_t q_kn = smem_addr(qs) + fd.b_kn;
   const std::uint32_t k_kn = chunk_xor(smem_addr(ks) + fd.b_kn, cg * QT / 2);
   const std::uint32_t ds_a = smem_addr(dss) + rg * 16 * kRowBc + LaneFrag<Bc>(lane).a;
-  constexpr std::uint32_t kToV = Bc * D * 2, kToDout = 2 * kStage;
+  constexpr std::uint32_t kVOffset = Bc * D * 2, kDoutOffset = 2 * kStage;
 
   float dv[OT][4], dk[OT][4];
   zero_tiles(dv);
@@ -129,12 +129,12 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
       std::uint32_t ka[4], va[4];
       const std::uint32_t a_addr = chunk_xor(k_a, kc), b_addr = chunk_xor(q_nk_t, kc);
       ldmatrix_x4(ka, a_addr);
-      ldmatrix_x4(va, a_addr + kToV);
+      ldmatrix_x4(va, a_addr + kVOffset);
 #pragma unroll
       for (int np = 0; np < ST / 2; ++np) {
         std::uint32_t bq[4], bd[4];
         ldmatrix_x4(bq, b_addr + np * 16 * kRowD);
-        ldmatrix_x4(bd, b_addr + np * 16 * kRowD + kToDout);
+        ldmatrix_x4(bd, b_addr + np * 16 * kRowD + kDoutOffset);
         mma_bf16_pair(s, np, ka, bq);
         mma_bf16_pair(dp, np, va, bd);
       }
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
 #pragma unroll
       for (int kc = 0; kc < Br / 16; ++kc) {
         std::uint32_t bd[4], bq[4];
-        ldmatrix_x4_trans(bd, b_addr + kc * 16 * kRowD + kToDout);
+        ldmatrix_x4_trans(bd, b_addr + kc * 16 * kRowD + kDoutOffset);
         ldmatrix_x4_trans(bq, b_addr + kc * 16 * kRowD);
         mma_bf16_pair(dv, np, pa[kc], bd);
         mma_bf16_pair(dk, np, da[kc], bq);
