@@ -36,18 +36,22 @@ for s in "$@"; do
       timeout 400 $B/bench/bench_attention --reps 20 --ours-only --bwd-keys 128 >"$OUT/bench128.log" 2>&1; echo "rc=$?"
       tail -12 "$OUT/bench128.log" ;;
     wgmma)
-      # The wgmma forward (wip): the same correctness tests and the same benchmark with it on.
-      stage "test_flash_attention, wgmma forward"
-      LPDIAG_FLASH_FORWARD=wgmma timeout 300 $B/tests/test_flash_attention >"$OUT/wgmma-test.log" 2>&1; echo "rc=$?"
-      grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-test.log" | head -30
-      stage "bench_attention --check, wgmma forward"
-      LPDIAG_FLASH_FORWARD=wgmma timeout 300 $B/bench/bench_attention --check >"$OUT/wgmma-check.log" 2>&1; echo "rc=$?"
+      # The wgmma kernels (wip): the correctness tests with each on alone, then both; the
+      # gradient check, memcheck and the benchmark with both.
+      for v in "LPDIAG_FLASH_FORWARD=wgmma" "LPDIAG_FLASH_BACKWARD=wgmma" "LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"; do
+        stage "test_flash_attention with $v"
+        env $v timeout 300 $B/tests/test_flash_attention >"$OUT/wgmma-test.log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-test.log" | head -12
+      done
+      W="env LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"
+      stage "bench_attention --check, wgmma"
+      $W timeout 300 $B/bench/bench_attention --check >"$OUT/wgmma-check.log" 2>&1; echo "rc=$?"
       grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-check.log" | head -20
-      stage "compute-sanitizer memcheck, wgmma forward"
-      LPDIAG_FLASH_FORWARD=wgmma timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/wgmma-memcheck.log" 2>&1
+      stage "compute-sanitizer memcheck, wgmma"
+      $W timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/wgmma-memcheck.log" 2>&1
       echo "rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/wgmma-memcheck.log" | tail -3
-      stage "bench_attention, wgmma forward"
-      LPDIAG_FLASH_FORWARD=wgmma timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/wgmma-bench.json" >"$OUT/wgmma-bench.log" 2>&1; echo "rc=$?"
+      stage "bench_attention, wgmma"
+      $W timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/wgmma-bench.json" >"$OUT/wgmma-bench.log" 2>&1; echo "rc=$?"
       tail -32 "$OUT/wgmma-bench.log" ;;
     sanitize)
       for tool in memcheck racecheck; do

@@ -2,10 +2,8 @@
 // (head dim, causal, instrumentation level) and launches on the caller's stream.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "flash/forward_kernel.cuh"
+#include "flash/engine_select.hpp"
 #include "flash/forward_wgmma_kernel.cuh"
 #include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
@@ -34,36 +32,9 @@ void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
-// The wgmma forward is opt-in while it is new: LPDIAG_FLASH_FORWARD=wgmma. It needs a build with
-// an sm_90a image (CMAKE_CUDA_ARCHITECTURES containing 90a, which defines LPDIAG_HAVE_SM90A) and
-// a device of compute capability 9.0.
-bool wgmma_requested() {
-  static const bool on = [] {
-    const char* e = std::getenv("LPDIAG_FLASH_FORWARD");
-    return e != nullptr && std::string(e) == "wgmma";
-  }();
-  return on;
-}
-
-void require_wgmma_support() {
-#ifndef LPDIAG_HAVE_SM90A
-  throw Error("LPDIAG_FLASH_FORWARD=wgmma: this build has no sm_90a image; configure with CMAKE_CUDA_ARCHITECTURES "
-              "containing 90a (e.g. \"80;90a\") or unset LPDIAG_FLASH_FORWARD");
-#else
-  int dev = 0, major = 0, minor = 0;
-  LPDIAG_CUDA_CHECK(cudaGetDevice(&dev));
-  LPDIAG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  LPDIAG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)
-    throw Error("LPDIAG_FLASH_FORWARD=wgmma needs a compute capability 9.0 device, this one is " + std::to_string(major) +
-                "." + std::to_string(minor));
-#endif
-}
-
 template <int D, bool Causal>
 void by_level(const FwdParams& p, int B, Instrument level, cudaStream_t s) {
-  if (wgmma_requested()) {
-    require_wgmma_support();
+  if (wgmma_requested("LPDIAG_FLASH_FORWARD")) {
     switch (level) {
       case Instrument::off: return launch_forward_wgmma<D, Causal, 0>(p, B, s);
       case Instrument::counters: return launch_forward_wgmma<D, Causal, 1>(p, B, s);
