@@ -37,7 +37,9 @@ for s in "$@"; do
       tail -12 "$OUT/bench128.log" ;;
     wgmma)
       # The wgmma kernels (wip): the correctness tests with each on alone, then both; the
-      # gradient check, memcheck and the benchmark with both.
+      # gradient check, memcheck and the benchmark with both. First the operand layouts alone.
+      stage "test_wgmma_layouts"
+      timeout 60 $B/tests/test_wgmma_layouts 2>&1 | tail -12
       for v in "LPDIAG_FLASH_FORWARD=wgmma" "LPDIAG_FLASH_BACKWARD=wgmma" "LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"; do
         stage "test_flash_attention with $v"
         env $v timeout 300 $B/tests/test_flash_attention >"$OUT/wgmma-test.log" 2>&1; echo "rc=$?"
