@@ -39,11 +39,14 @@ for s in "$@"; do
       # The wgmma kernels (wip): the correctness tests with each on alone, then both; the
       # gradient check, memcheck and the benchmark with both. First the operand layouts alone.
       stage "test_wgmma_layouts"
-      timeout 60 $B/tests/test_wgmma_layouts 2>&1 | tail -12
+      timeout 60 $B/tests/test_wgmma_layouts >"$OUT/wgmma-layouts.log" 2>&1; rc=$?; echo "rc=$rc"; tail -25 "$OUT/wgmma-layouts.log"
+      # A wrong operand layout makes every kernel test below fail too: stop here.
+      [ $rc -eq 0 ] || continue
       for v in "LPDIAG_FLASH_FORWARD=wgmma" "LPDIAG_FLASH_BACKWARD=wgmma" "LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"; do
         stage "test_flash_attention with $v"
-        env $v timeout 300 $B/tests/test_flash_attention >"$OUT/wgmma-test.log" 2>&1; echo "rc=$?"
-        grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-test.log" | head -12
+        log="$OUT/wgmma-test-$(echo $v | tr -dc 'A-Z' | cut -c1-40).log"
+        env $v timeout 150 $B/tests/test_flash_attention >"$log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|PASSED|FAILED|error" "$log" | head -12
       done
       W="env LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"
       stage "bench_attention --check, wgmma"
