@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [wgmma] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -11,7 +11,7 @@ TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 stage configure
 # The image's CC/CXX/CUDAHOSTCXX point at /opt/gcc, which has only a static libstdc++: shared
 # libraries linked through it crash inside Python's PyTorch (docs/GPU_RUNS.md). Use the system g++.
-CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 grep -E "CUDA kernels|LibTorch|libstdc" "$OUT/configure.log"
 stage build
 ninja -C $B -k 0 >"$OUT/build.log" 2>&1
@@ -35,6 +35,29 @@ for s in "$@"; do
       stage "bench_attention --ours-only --bwd-keys 128"
       timeout 400 $B/bench/bench_attention --reps 20 --ours-only --bwd-keys 128 >"$OUT/bench128.log" 2>&1; echo "rc=$?"
       tail -12 "$OUT/bench128.log" ;;
+    wgmma)
+      # The wgmma kernels (wip): the correctness tests with each on alone, then both; the
+      # gradient check, memcheck and the benchmark with both. First the operand layouts alone.
+      stage "test_wgmma_layouts"
+      timeout 60 $B/tests/test_wgmma_layouts >"$OUT/wgmma-layouts.log" 2>&1; rc=$?; echo "rc=$rc"; tail -25 "$OUT/wgmma-layouts.log"
+      # A wrong operand layout makes every kernel test below fail too: stop here.
+      [ $rc -eq 0 ] || continue
+      for v in "LPDIAG_FLASH_FORWARD=wgmma" "LPDIAG_FLASH_BACKWARD=wgmma" "LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"; do
+        stage "test_flash_attention with $v"
+        log="$OUT/wgmma-test-$(echo $v | tr -dc 'A-Z' | cut -c1-40).log"
+        env $v timeout 150 $B/tests/test_flash_attention >"$log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|PASSED|FAILED|error" "$log" | head -12
+      done
+      W="env LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"
+      stage "bench_attention --check, wgmma"
+      $W timeout 300 $B/bench/bench_attention --check >"$OUT/wgmma-check.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-check.log" | head -20
+      stage "compute-sanitizer memcheck, wgmma"
+      $W timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/wgmma-memcheck.log" 2>&1
+      echo "rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/wgmma-memcheck.log" | tail -3
+      stage "bench_attention, wgmma"
+      $W timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/wgmma-bench.json" >"$OUT/wgmma-bench.log" 2>&1; echo "rc=$?"
+      tail -32 "$OUT/wgmma-bench.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         stage "compute-sanitizer $tool"

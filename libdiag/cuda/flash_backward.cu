@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include "flash/backward_kernel.cuh"
+#include "flash/backward_wgmma_kernel.cuh"
+#include "flash/engine_select.hpp"
 #include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
 
@@ -27,8 +29,19 @@ void launch_main(const BwdParams& p, int B, cudaStream_t stream) {
 }
 
 template <int D, bool Causal>
+void launch_wgmma(const BwdParams& p, int B, cudaStream_t stream) {
+  constexpr int smem = bwd_wgmma_smem_bytes<D>();
+  auto kernel = flash_bwd_wgmma_kernel<D, Causal>;
+  allow_shared_memory(kernel, smem);
+  const dim3 grid((p.N + kWgBwdKeys - 1) / kWgBwdKeys, B * p.H);
+  kernel<<<grid, 256, smem, stream>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D, bool Causal>
 void launch_main(const BwdParams& p, int B, int key_block, cudaStream_t stream) {
-  if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
+  if (wgmma_requested("LPDIAG_FLASH_BACKWARD")) launch_wgmma<D, Causal>(p, B, stream);  // 128 keys per block
+  else if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
   else launch_main<D, Causal, 64>(p, B, stream);
 }
 

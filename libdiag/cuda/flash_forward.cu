@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include "flash/forward_kernel.cuh"
+#include "flash/engine_select.hpp"
+#include "flash/forward_wgmma_kernel.cuh"
 #include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
 
@@ -20,8 +22,25 @@ void launch_forward(const FwdParams& p, int B, cudaStream_t stream) {
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int D, bool Causal, int Level>
+void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
+  constexpr int smem = fwd_wgmma_smem_bytes<D>();
+  auto kernel = flash_fwd_wgmma_kernel<D, Causal, Level>;
+  allow_shared_memory(kernel, smem);
+  const dim3 grid((p.N + kWgRows - 1) / kWgRows, B * p.H);
+  kernel<<<grid, 256, smem, stream>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int D, bool Causal>
 void by_level(const FwdParams& p, int B, Instrument level, cudaStream_t s) {
+  if (wgmma_requested("LPDIAG_FLASH_FORWARD")) {
+    switch (level) {
+      case Instrument::off: return launch_forward_wgmma<D, Causal, 0>(p, B, s);
+      case Instrument::counters: return launch_forward_wgmma<D, Causal, 1>(p, B, s);
+      case Instrument::full: return launch_forward_wgmma<D, Causal, 2>(p, B, s);
+    }
+  }
   switch (level) {
     case Instrument::off: return launch_forward<D, Causal, 0>(p, B, s);
     case Instrument::counters: return launch_forward<D, Causal, 1>(p, B, s);

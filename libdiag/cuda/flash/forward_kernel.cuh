@@ -11,7 +11,7 @@
 
 #include <cmath>
 
-#include "error_sums.cuh"
+#include "forward_rows.cuh"
 #include "mma.cuh"
 #include "params.cuh"
 
@@ -61,9 +61,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   constexpr int kStage = kBlockKeys * D;
   __nv_bfloat16* ks = qs + kFwdRows * D;
   __nv_bfloat16* vs = ks + 2 * kStage;
-  __shared__ unsigned long long cnt_s[6];
-  __shared__ BlockErrorSums err_s;
-  __shared__ unsigned int lmax_s;
+  __shared__ FwdBlockCounters blk;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // long causal rows first
@@ -74,9 +72,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   const __nv_bfloat16* kg = p.k.head(b, h);
   const __nv_bfloat16* vg = p.v.head(b, h);
 
-  if (Level > 0 && threadIdx.x < 6) cnt_s[threadIdx.x] = 0;
-  if (Level > 1 && threadIdx.x == 0) err_s.clear();
-  if (Level > 0 && threadIdx.x == 0) lmax_s = 0;
+  blk.init(Level);
 
   const int key_end = Causal ? min(N, m0 + kFwdRows) : N;
   const int n_tiles = (key_end + kBlockKeys - 1) / kBlockKeys;
@@ -93,20 +89,13 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
   const std::uint32_t v_kn = smem_addr(vs) + fd.b_kn;
 
   const int wrow0 = m0 + warp * 16;
-  const int row[2] = {wrow0 + lane / 4, wrow0 + lane / 4 + 8};
-  const float neg_inf = -INFINITY;
+  FwdRows rows(wrow0 + lane / 4);
 
   std::uint32_t qf[KC][4];
   float acc[OT][4];
   float acc_lo[Level > 1 ? OT : 1][4];  // full: the lo terms' share of acc_hp = acc + acc_lo
   zero_tiles(acc);
   if constexpr (Level > 1) zero_tiles(acc_lo);
-  float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
-  // Counter state per row (every lane of the row's quad holds the same values).
-  float row_max[2] = {neg_inf, neg_inf};
-  int row_count[2] = {0, 0};
-  bool engaged[2] = {false, false};
-  unsigned int tile_rep = 0, pbar_one = 0;
   const bool warp_live = wrow0 < N;
 
   for (int t = 0; t < n_tiles; ++t) {
@@ -139,93 +128,11 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
           mma_bf16_pair(s, np, qf[kc], bfr);
         }
       }
-      // Scale and mask (only tiles that cross the end or this warp's causal diagonal); the
-      // tile max and, for the counters and the fix, how often it occurs.
+      // Only tiles that cross the end or this warp's causal diagonal are masked.
       const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
-      float tm[2] = {neg_inf, neg_inf};
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
-          const int r = e / 2;
-          float v = __fmul_rn(p.scale, s[n][e]);
-          if (edge && (j >= N || (Causal && j > row[r]))) v = neg_inf;
-          s[n][e] = v;
-          tm[r] = fmaxf(tm[r], v);
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 1));
-        tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 2));
-      }
-      // How often the tile max occurs (the counters) and how many logits lie within the fix's
-      // tolerance of it (the fix's trigger): each only where it is used.
-      int tc[2] = {0, 0}, near[2] = {0, 0};
-      if constexpr (Level > 0) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) tc[e / 2] += s[n][e] == tm[e / 2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 1);
-          tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 2);
-        }
-      }
-      if (p.fix.kind != 0) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) near[e / 2] += __fsub_rn(tm[e / 2], s[n][e]) <= p.fix.tol;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          near[r] += __shfl_xor_sync(0xffffffffu, near[r], 1);
-          near[r] += __shfl_xor_sync(0xffffffffu, near[r], 2);
-        }
-      }
-      float m_new[2], corr[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if constexpr (Level > 0) {
-          tile_rep += (lane % 4 == 0) && tc[r] >= 2 && row[r] < N;
-          if (tm[r] > row_max[r]) row_max[r] = tm[r], row_count[r] = tc[r];
-          else if (tm[r] == row_max[r]) row_count[r] += tc[r];
-        }
-        float shift = tm[r];
-        if (p.fix.kind != 0 && near[r] >= 2) {
-          if (p.fix.kind == 1) shift = tm[r] > 0.f ? __fmul_rn(p.fix.beta, tm[r]) : (tm[r] < 0.f ? 0.f : tm[r]);
-          else shift = __fadd_rn(tm[r], p.fix.offset);
-          engaged[r] = engaged[r] || fmaxf(m[r], shift) != fmaxf(m[r], tm[r]);
-        }
-        m_new[r] = fmaxf(m[r], shift);
-        corr[r] = m[r] == neg_inf ? 0.f : expf(__fsub_rn(m[r], m_new[r]));
-        m[r] = m_new[r];
-        l[r] = __fmul_rn(l[r], corr[r]);
-      }
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = expf(__fsub_rn(s[n][e], m_new[e / 2]));
-          s[n][e] = pe;
-          if constexpr (Level > 0) pbar_one += pe == 1.f && row[e / 2] < N;
-        }
-      // The row sum in this lane's key order; the quad's four partial sums meet at the end.
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) l[e / 2] = __fadd_rn(l[e / 2], s[n][e]);
-      // The rescale, skipped when no row of the warp moved its max (x * 1 = x exactly).
-      if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-#pragma unroll
-        for (int t2 = 0; t2 < OT; ++t2)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            acc[t2][e] = __fmul_rn(acc[t2][e], corr[e / 2]);
-            if constexpr (Level > 1) acc_lo[t2][e] = __fmul_rn(acc_lo[t2][e], corr[e / 2]);
-          }
-      }
+      float corr[2];
+      rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
+      rescale_rows<OT, Level>(acc, acc_lo, corr);
       // acc += bf16(P-bar) V; at full also acc_lo += lo V, with P-bar = hi + lo to ~2^-17 and
       // hi = bf16(P-bar): the hp accumulator is acc + acc_lo, one extra MMA instead of two.
 #pragma unroll
@@ -247,84 +154,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32, fwd_min_blocks<D, Level>()) fl
     __syncthreads();
   }
 
-  // Epilogue: the quad's row sums, O, L, the counters and (full) the O errors.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 1));
-    l[r] = __fadd_rn(l[r], __shfl_xor_sync(0xffffffffu, l[r], 2));
-  }
-  const std::int64_t head_off = static_cast<std::int64_t>(bh) * N;
-  ErrorSums err;
-  if (warp_live) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (row[r] >= N) continue;
-      __nv_bfloat16* orow = p.o + (head_off + row[r]) * D;
-#pragma unroll
-      for (int t2 = 0; t2 < OT; ++t2) {
-        const int c = t2 * 8 + 2 * (lane % 4);
-        const float o0 = __fdiv_rn(acc[t2][2 * r], l[r]), o1 = __fdiv_rn(acc[t2][2 * r + 1], l[r]);
-        const std::uint32_t packed = pack_bf16(o0, o1);
-        *reinterpret_cast<std::uint32_t*>(orow + c) = packed;
-        if constexpr (Level > 1) {
-          const __nv_bfloat162 ob = *reinterpret_cast<const __nv_bfloat162*>(&packed);
-          const float e0 = __low2float(ob) - (acc[t2][2 * r] + acc_lo[t2][2 * r]) / l[r];
-          const float e1 = __high2float(ob) - (acc[t2][2 * r + 1] + acc_lo[t2][2 * r + 1]) / l[r];
-          *reinterpret_cast<float2*>(p.residual + (head_off + row[r]) * D + c) = make_float2(e0, e1);
-          err.add(e0);
-          err.add(e1);
-        }
-      }
-      if (lane % 4 == 0) p.lse[head_off + row[r]] = __fadd_rn(m[r], logf(l[r]));
-    }
-  }
-  if constexpr (Level > 0) {
-    unsigned int rows = 0, rep = 0, zrep = 0, eng = 0;
-    float logit_max = neg_inf;  // the max over tiles of the tile max is row_max
-    if (warp_live && lane % 4 == 0) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (row[r] >= N) continue;
-        rows += 1;
-        rep += row_count[r] >= 2;
-        zrep += row_count[r] >= 2 && row_max[r] == 0.f;
-        eng += engaged[r];
-        logit_max = fmaxf(logit_max, row_max[r]);
-      }
-    }
-    unsigned int vals[6] = {rows, rep, tile_rep, zrep, pbar_one, eng};
-#pragma unroll
-    for (int f = 0; f < 6; ++f) {
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) vals[f] += __shfl_xor_sync(0xffffffffu, vals[f], off);
-    }
-    for (int off = 16; off > 0; off /= 2) logit_max = fmaxf(logit_max, __shfl_xor_sync(0xffffffffu, logit_max, off));
-    if (lane == 0) {
-#pragma unroll
-      for (int f = 0; f < 6; ++f) atomicAdd(&cnt_s[f], static_cast<unsigned long long>(vals[f]));
-      if (warp_live) atomicMax(&lmax_s, float_key(logit_max));
-    }
-  }
-  if constexpr (Level > 1) {
-    err.warp_sum();
-    if (lane == 0) err_s.add(err);
-  }
-  if constexpr (Level > 0) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      DeviceHeadCounters* c = p.counters + h;
-      atomicAdd(&c->rows, cnt_s[0]);
-      atomicAdd(&c->repeated_max_rows, cnt_s[1]);
-      atomicAdd(&c->tile_repeated_max_rows, cnt_s[2]);
-      atomicAdd(&c->zero_max_repeated_rows, cnt_s[3]);
-      atomicAdd(&c->pbar_one_entries, cnt_s[4]);
-      atomicAdd(&c->fix_engaged_rows, cnt_s[5]);
-      atomicMax(&c->logit_max_key, lmax_s);
-      if constexpr (Level > 1) {
-        err_s.flush(&c->o_err_sum, &c->o_err_sumsq, &c->o_err_count, &c->o_err_pos, &c->o_err_neg);
-      }
-    }
-  }
+  rows.finish<D, Level>(acc, acc_lo, p, static_cast<std::int64_t>(bh) * N, warp_live, lane, N, blk);
+  flush_block_counters<Level>(blk, p.counters + h);
 }
 
 }  // namespace lpdiag::cuda::flash

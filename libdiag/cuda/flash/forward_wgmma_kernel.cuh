@@ -1,0 +1,160 @@
+// FlashAttention-2 forward on Hopper's warpgroup MMA (sm_90a), same numerics and counters as
+// forward_kernel.cuh (the shared per-row code is forward_rows.cuh): one block per (128 query
+// rows, batch x head), two warpgroups of 64 rows, key tiles of 64 double-buffered through
+// cp.async. S = Q K^T reads Q and K from shared memory (no fragment loads, no Q registers);
+// P-bar V takes bf16(P-bar) from registers and V from shared memory. Tiles are stored as
+// 64-column panels with the 128-byte swizzle (wgmma.cuh). A warpgroup multiplies a tile when
+// any of its warps needs it (causal); a warp whose rows all lie above the tile adds P-bar = 0.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "forward_rows.cuh"
+#include "mma.cuh"
+#include "params.cuh"
+#include "wgmma.cuh"
+
+namespace lpdiag::cuda::flash {
+
+constexpr int kWgRows = 128;  // query rows per block: two warpgroups of 64
+
+template <int D>
+__host__ __device__ constexpr int fwd_wgmma_smem_bytes() {
+  return (kWgRows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
+}
+
+// Copies `Rows` rows of a (N x D) bf16 head into 64-column panels ([D / 64][Rows][64], each
+// swz<64>, the 128-byte swizzle); rows past n are zeros.
+template <int D, int Rows, int Threads>
+__device__ __forceinline__ void load_panels(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t sn, int row0,
+                                            int n) {
+  constexpr int kChunks = Rows * D / 8;
+  static_assert(kChunks % Threads == 0, "tile copy must divide evenly among threads");
+#pragma unroll
+  for (int x = 0; x < kChunks / Threads; ++x) {
+    const int idx = threadIdx.x + x * Threads;
+    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+    const int gr = row0 + r;
+    const bool ok = gr < n;
+    const __nv_bfloat16* g = src + (ok ? gr : 0) * sn + c;
+    cp_async16(smem_addr(dst + (c / 64) * Rows * 64 + swz<64>(r, c % 64)), g, ok ? 16 : 0);
+  }
+}
+
+template <int D, bool Causal, int Level>
+__global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
+  constexpr int NT = kBlockKeys / 8;  // S n-tiles per key tile
+  constexpr int OT = D / 8;           // O n-tiles
+  constexpr int KC = D / 16;          // k16 steps of Q K^T
+  constexpr int PK = kBlockKeys / 16;  // k16 steps of P-bar V
+  constexpr std::uint32_t kPanelRow = 128;                // bytes per panel row (64 bf16)
+  constexpr std::uint32_t kQPanel = kWgRows * kPanelRow;  // bytes per Q panel
+  constexpr std::uint32_t kKvPanel = kBlockKeys * kPanelRow;
+  constexpr int kStage = kBlockKeys * D;  // elements per K (V) stage
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(align_smem(smem_raw));
+  __nv_bfloat16* ks = qs + kWgRows * D;
+  __nv_bfloat16* vs = ks + 2 * kStage;
+  __shared__ FwdBlockCounters blk;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // long causal rows first
+  const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
+  const int m0 = m_block * kWgRows;
+  const int N = p.N;
+  const __nv_bfloat16* qg = p.q.head(b, h);
+  const __nv_bfloat16* kg = p.k.head(b, h);
+  const __nv_bfloat16* vg = p.v.head(b, h);
+
+  blk.init(Level);
+
+  const int key_end = Causal ? min(N, m0 + kWgRows) : N;
+  const int n_tiles = (key_end + kBlockKeys - 1) / kBlockKeys;
+
+  load_panels<D, kWgRows, 256>(qs, qg, p.q.sn, m0, N);
+  load_panels<D, kBlockKeys, 256>(ks, kg, p.k.sn, 0, N);
+  load_panels<D, kBlockKeys, 256>(vs, vg, p.v.sn, 0, N);
+  cp_async_commit();
+
+  const int wg_row0 = m0 + wg * 64, wrow0 = m0 + warp * 16;
+  FwdRows rows(wrow0 + lane / 4);
+  float acc[OT][4];
+  float acc_lo[Level > 1 ? OT : 1][4];  // full: the lo terms' share of acc_hp = acc + acc_lo
+  zero_tiles(acc);
+  if constexpr (Level > 1) zero_tiles(acc_lo);
+  const bool warp_live = wrow0 < N;
+  const std::uint32_t q_wg = smem_addr(qs) + wg * 64 * kPanelRow;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int j0 = t * kBlockKeys;
+    if (t + 1 < n_tiles) {
+      load_panels<D, kBlockKeys, 256>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
+      load_panels<D, kBlockKeys, 256>(vs + ((t + 1) & 1) * kStage, vg, p.v.sn, j0 + kBlockKeys, N);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    wg::fence_proxy_async();  // this thread's cp.async data, visible to wgmma after the barrier
+    __syncthreads();
+    // The warpgroup works when one of its rows exists and (causal) its last warp needs the tile.
+    if (wg_row0 < N && (!Causal || j0 <= wg_row0 + 48)) {
+      const std::uint32_t k_t = smem_addr(ks + (t & 1) * kStage), v_t = smem_addr(vs + (t & 1) * kStage);
+      float s[NT][4];
+      zero_tiles(s);
+      wg::fence_operand(s);
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) {
+        const std::uint32_t in_panel = (kc % 4) * 32;
+        wg::ss_m64n64k16(s, wg::desc_sw128(q_wg + (kc / 4) * kQPanel + in_panel, 16),
+                         wg::desc_sw128(k_t + (kc / 4) * kKvPanel + in_panel, 16));
+      }
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_operand(s);
+      // This warp's rows: the online softmax, or P-bar = 0 when the tile lies above them all.
+      std::uint32_t a[PK][4], lo[Level > 1 ? PK : 1][4];
+      if (warp_live && (!Causal || j0 <= wrow0)) {
+        const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
+        float corr[2];
+        rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
+        rescale_rows<OT, Level>(acc, acc_lo, corr);
+#pragma unroll
+        for (int kc = 0; kc < PK; ++kc) {
+          c_to_a(a[kc], s, kc);
+          if constexpr (Level > 1) c_to_a_residual(lo[kc], s, kc);
+        }
+      } else {
+#pragma unroll
+        for (int kc = 0; kc < PK; ++kc)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            a[kc][x] = 0u;
+            if constexpr (Level > 1) lo[kc][x] = 0u;
+          }
+      }
+      // acc += bf16(P-bar) V (and at full acc_lo += lo V), V as the N-major B operand.
+      wg::fence_operand(acc);
+      wg::fence_operand(a);
+      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < PK; ++kc) {
+        const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
+        wg::rs_pv<D>(acc, a[kc], dv);
+        if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
+      }
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_operand(acc);
+      wg::fence_operand(a);
+      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+    }
+    __syncthreads();
+  }
+
+  rows.finish<D, Level>(acc, acc_lo, p, static_cast<std::int64_t>(bh) * N, warp_live, lane, N, blk);
+  flush_block_counters<Level>(blk, p.counters + h);
+}
+
+}  // namespace lpdiag::cuda::flash
