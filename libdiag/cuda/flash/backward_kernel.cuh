@@ -26,7 +26,6 @@ __host__ __device__ constexpr int bwd_warps() {
 // Query rows per tile, both head dims. At d = 128, 64 rows against 32 took the backward from
 // 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/BENCHMARKS.md).
 constexpr int kBwdRows = 64;
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D, int Bc>
 __host__ __device__ constexpr int bwd_smem_bytes() {

@@ -3,6 +3,8 @@
 // fp32, tile max, the fix's shift, m_new = max(m, shift), corr = exp(m - m_new), P-bar =
 // exp(S - m_new), l = l * corr + sum P-bar unrounded), the repeated-max counters, the O
 // rescale, and the epilogue (O = bf16(acc / l), L = m + log l, the counters, the O errors).
+// exp is FA2's MUFU exp (exp_mufu): exact at 0 and -inf, so P-bar = 1 exactly where S equals the
+// max, and elsewhere within a few fp32 ulps of the CPU's std::exp, which can flip bf16(P-bar).
 // The thread's rows and columns are those of an mma.sync C fragment, which wgmma's accumulator
 // shares: element e of n8 tile n is row row[e / 2], key j0 + 8 n + 2 (lane % 4) + (e % 2).
 #pragma once
@@ -102,7 +104,7 @@ struct FwdRows {
         engaged[r] = engaged[r] || fmaxf(m[r], shift) != fmaxf(m[r], tm[r]);
       }
       m_new[r] = fmaxf(m[r], shift);
-      corr[r] = m[r] == neg_inf ? 0.f : expf(__fsub_rn(m[r], m_new[r]));
+      corr[r] = m[r] == neg_inf ? 0.f : exp_mufu(__fsub_rn(m[r], m_new[r]));
       m[r] = m_new[r];
       l[r] = __fmul_rn(l[r], corr[r]);
     }
@@ -110,7 +112,7 @@ struct FwdRows {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float pe = expf(__fsub_rn(s[n][e], m_new[e / 2]));
+        const float pe = exp_mufu(__fsub_rn(s[n][e], m_new[e / 2]));
         s[n][e] = pe;
         if constexpr (Level > 0) pbar_one += pe == 1.f && row[e / 2] < N;
       }

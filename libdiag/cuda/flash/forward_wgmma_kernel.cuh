@@ -1,7 +1,9 @@
 // FlashAttention-2 forward on Hopper's warpgroup MMA (sm_90a), same numerics and counters as
 // forward_kernel.cuh (the shared per-row code is forward_rows.cuh): one block per (128 query
 // rows, batch x head), two warpgroups of 64 rows, key tiles of 64 double-buffered through
-// cp.async. S = Q K^T reads Q and K from shared memory (no fragment loads, no Q registers);
+// cp.async. Each warpgroup overlaps tile t's softmax with the previous tile's P-bar V: it issues
+// S_t = Q K_t^T and P-bar_{t-1} V_{t-1}, waits for S_t only, and rescales O once P-bar V is done
+// (the same operations on O in the same order as the plain loop). S = Q K^T reads Q and K from shared memory (no fragment loads, no Q registers);
 // P-bar V takes bf16(P-bar) from registers and V from shared memory. Tiles are stored as
 // 64-column panels with the 128-byte swizzle (wgmma.cuh). A warpgroup multiplies a tile when
 // any of its warps needs it (causal); a warp whose rows all lie above the tile adds P-bar = 0.
@@ -72,9 +74,10 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
   const int key_end = Causal ? min(N, m0 + kWgRows) : N;
   const int n_tiles = (key_end + kBlockKeys - 1) / kBlockKeys;
 
+  // Loads run one tile ahead: Q and K_0 first; at tile t, K_{t+1} and V_t (V_t is first used
+  // at tile t + 1, by the P-bar V that overlaps S_{t+1}'s softmax).
   load_panels<D, kWgRows, 256>(qs, qg, p.q.sn, m0, N);
   load_panels<D, kBlockKeys, 256>(ks, kg, p.k.sn, 0, N);
-  load_panels<D, kBlockKeys, 256>(vs, vg, p.v.sn, 0, N);
   cp_async_commit();
 
   const int wg_row0 = m0 + wg * 64, wrow0 = m0 + warp * 16;
@@ -85,24 +88,31 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
   if constexpr (Level > 1) zero_tiles(acc_lo);
   const bool warp_live = wrow0 < N;
   const std::uint32_t q_wg = smem_addr(qs) + wg * 64 * kPanelRow;
+  // bf16(P-bar) of the previous tile (and at full its residual), waiting for its P-bar V.
+  std::uint32_t a[PK][4], lo[Level > 1 ? PK : 1][4];
+  bool pending = false;
 
   for (int t = 0; t < n_tiles; ++t) {
     const int j0 = t * kBlockKeys;
-    if (t + 1 < n_tiles) {
-      load_panels<D, kBlockKeys, 256>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
-      load_panels<D, kBlockKeys, 256>(vs + ((t + 1) & 1) * kStage, vg, p.v.sn, j0 + kBlockKeys, N);
-    }
+    if (t + 1 < n_tiles) load_panels<D, kBlockKeys, 256>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
+    load_panels<D, kBlockKeys, 256>(vs + (t & 1) * kStage, vg, p.v.sn, j0, N);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<1>();       // K_t and V_{t-1} are in
     wg::fence_proxy_async();  // this thread's cp.async data, visible to wgmma after the barrier
     __syncthreads();
     // The warpgroup works when one of its rows exists and (causal) its last warp needs the tile.
-    if (wg_row0 < N && (!Causal || j0 <= wg_row0 + 48)) {
-      const std::uint32_t k_t = smem_addr(ks + (t & 1) * kStage), v_t = smem_addr(vs + (t & 1) * kStage);
-      float s[NT][4];
+    const bool active = wg_row0 < N && (!Causal || j0 <= wg_row0 + 48);
+    float s[NT][4];
+    if (active || pending) {
       zero_tiles(s);
       wg::fence_operand(s);
+      wg::fence_operand(acc);
+      wg::fence_operand(a);
+      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
       wg::fence();
+    }
+    if (active) {  // S_t = Q K_t^T
+      const std::uint32_t k_t = smem_addr(ks + (t & 1) * kStage);
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) {
         const std::uint32_t in_panel = (kc % 4) * 32;
@@ -110,14 +120,37 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
                          wg::desc_sw128(k_t + (kc / 4) * kKvPanel + in_panel, 16));
       }
       wg::commit();
-      wg::wait<0>();
+    }
+    if (pending) {  // acc += bf16(P-bar_{t-1}) V_{t-1} (at full also acc_lo += lo V), V N-major
+      const std::uint32_t v_t = smem_addr(vs + ((t - 1) & 1) * kStage);
+#pragma unroll
+      for (int kc = 0; kc < PK; ++kc) {
+        const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
+        wg::rs_pv<D>(acc, a[kc], dv);
+        if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
+      }
+      wg::commit();
+    }
+    float corr[2] = {1.f, 1.f};
+    const bool softmax = active && warp_live && (!Causal || j0 <= wrow0);
+    if (active) {
+      if (pending) wg::wait<1>();  // S_t is in; P-bar V may still run
+      else wg::wait<0>();
       wg::fence_operand(s);
       // This warp's rows: the online softmax, or P-bar = 0 when the tile lies above them all.
-      std::uint32_t a[PK][4], lo[Level > 1 ? PK : 1][4];
-      if (warp_live && (!Causal || j0 <= wrow0)) {
+      if (softmax) {
         const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
-        float corr[2];
         rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
+      }
+    }
+    if (pending) {
+      wg::wait<0>();
+      wg::fence_operand(acc);
+      wg::fence_operand(a);
+      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+    }
+    if (active) {
+      if (softmax) {
         rescale_rows<OT, Level>(acc, acc_lo, corr);
 #pragma unroll
         for (int kc = 0; kc < PK; ++kc) {
@@ -133,24 +166,30 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
             if constexpr (Level > 1) lo[kc][x] = 0u;
           }
       }
-      // acc += bf16(P-bar) V (and at full acc_lo += lo V), V as the N-major B operand.
-      wg::fence_operand(acc);
-      wg::fence_operand(a);
-      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
-      wg::fence();
-#pragma unroll
-      for (int kc = 0; kc < PK; ++kc) {
-        const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
-        wg::rs_pv<D>(acc, a[kc], dv);
-        if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
-      }
-      wg::commit();
-      wg::wait<0>();
-      wg::fence_operand(acc);
-      wg::fence_operand(a);
-      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
     }
-    __syncthreads();
+    pending = active;
+    __syncthreads();  // K_t and V_{t-1} are free for the next tile's loads
+  }
+  // The last tile's P-bar V.
+  cp_async_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();
+  if (pending) {
+    const std::uint32_t v_t = smem_addr(vs + ((n_tiles - 1) & 1) * kStage);
+    wg::fence_operand(acc);
+    wg::fence_operand(a);
+    if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < PK; ++kc) {
+      const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
+      wg::rs_pv<D>(acc, a[kc], dv);
+      if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operand(acc);
+    if constexpr (Level > 1) wg::fence_operand(acc_lo);
   }
 
   rows.finish<D, Level>(acc, acc_lo, p, static_cast<std::int64_t>(bh) * N, warp_live, lane, N, blk);
