@@ -83,7 +83,7 @@ for s in "$@"; do
       # Where the d = 128 non-causal kernels stall, per SASS instruction (warp-state sampling).
       for k in fwd bwd; do
         stage "ncu source $k"
-        timeout 200 ncu --clock-control none --set full -k regex:"flash_${k}_kernel" -c 1 -o "$OUT/src-$k" \
+        timeout 200 ncu --clock-control none --set full -k regex:"flash_${k}(_wgmma)?_kernel" -c 1 -o "$OUT/src-$k" \
           $B/bench/bench_attention --only 2 --ours-only --reps 1 >"$OUT/ncusrc-$k.log" 2>&1; echo "rc=$?"
         ncu --import "$OUT/src-$k.ncu-rep" --page details >"$OUT/src-details-$k.txt" 2>&1
         ncu --import "$OUT/src-$k.ncu-rep" --page source --csv --print-source sass >"$OUT/src-sass-$k.csv" 2>"$OUT/src-sass-$k.err"

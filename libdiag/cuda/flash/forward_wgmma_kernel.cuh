@@ -5,8 +5,9 @@
 // S_t = Q K_t^T and P-bar_{t-1} V_{t-1}, waits for S_t only, and rescales O once P-bar V is done
 // (the same operations on O in the same order as the plain loop). S = Q K^T reads Q and K from shared memory (no fragment loads, no Q registers);
 // P-bar V takes bf16(P-bar) from registers and V from shared memory. Tiles are stored as
-// 64-column panels with the 128-byte swizzle (wgmma.cuh). A warpgroup multiplies a tile when
-// any of its warps needs it (causal); a warp whose rows all lie above the tile adds P-bar = 0.
+// 64-column panels with the 128-byte swizzle (wgmma.cuh). Both warpgroups multiply every tile of
+// the block (causal: the lower one's last tile is wasted work); a warp whose rows all lie above
+// the tile adds P-bar = 0.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -45,7 +46,7 @@ __device__ __forceinline__ void load_panels(__nv_bfloat16* dst, const __nv_bfloa
 }
 
 template <int D, bool Causal, int Level>
-__global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
+__global__ void __launch_bounds__(256, D == 64 && Level < 2 ? 2 : 1) flash_fwd_wgmma_kernel(FwdParams p) {
   constexpr int NT = kBlockKeys / 8;  // S n-tiles per key tile
   constexpr int OT = D / 8;           // O n-tiles
   constexpr int KC = D / 16;          // k16 steps of Q K^T
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
   load_panels<D, kBlockKeys, 256>(ks, kg, p.k.sn, 0, N);
   cp_async_commit();
 
-  const int wg_row0 = m0 + wg * 64, wrow0 = m0 + warp * 16;
+  const int wrow0 = m0 + warp * 16;
   FwdRows rows(wrow0 + lane / 4);
   float acc[OT][4];
   float acc_lo[Level > 1 ? OT : 1][4];  // full: the lo terms' share of acc_hp = acc + acc_lo
@@ -90,8 +91,9 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
   const std::uint32_t q_wg = smem_addr(qs) + wg * 64 * kPanelRow;
   // bf16(P-bar) of the previous tile (and at full its residual), waiting for its P-bar V.
   std::uint32_t a[PK][4], lo[Level > 1 ? PK : 1][4];
-  bool pending = false;
-
+  // Every warpgroup issues every MMA of the block's tiles (a warp above a causal tile adds
+  // P-bar = 0): branches on thread-dependent values around in-flight wgmma make ptxas serialize
+  // them (C7520). The branches below depend on the tile index only.
   for (int t = 0; t < n_tiles; ++t) {
     const int j0 = t * kBlockKeys;
     if (t + 1 < n_tiles) load_panels<D, kBlockKeys, 256>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
@@ -100,18 +102,14 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
     cp_async_wait<1>();       // K_t and V_{t-1} are in
     wg::fence_proxy_async();  // this thread's cp.async data, visible to wgmma after the barrier
     __syncthreads();
-    // The warpgroup works when one of its rows exists and (causal) its last warp needs the tile.
-    const bool active = wg_row0 < N && (!Causal || j0 <= wg_row0 + 48);
     float s[NT][4];
-    if (active || pending) {
-      zero_tiles(s);
-      wg::fence_operand(s);
-      wg::fence_operand(acc);
-      wg::fence_operand(a);
-      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
-      wg::fence();
-    }
-    if (active) {  // S_t = Q K_t^T
+    zero_tiles(s);
+    wg::fence_operand(s);
+    wg::fence_operand(acc);
+    wg::fence_operand(a);
+    if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+    wg::fence();
+    {  // S_t = Q K_t^T
       const std::uint32_t k_t = smem_addr(ks + (t & 1) * kStage);
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) {
@@ -121,7 +119,7 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
       }
       wg::commit();
     }
-    if (pending) {  // acc += bf16(P-bar_{t-1}) V_{t-1} (at full also acc_lo += lo V), V N-major
+    if (t > 0) {  // acc += bf16(P-bar_{t-1}) V_{t-1} (at full also acc_lo += lo V), V N-major
       const std::uint32_t v_t = smem_addr(vs + ((t - 1) & 1) * kStage);
 #pragma unroll
       for (int kc = 0; kc < PK; ++kc) {
@@ -130,51 +128,45 @@ __global__ void __launch_bounds__(256, 1) flash_fwd_wgmma_kernel(FwdParams p) {
         if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
       }
       wg::commit();
-    }
-    float corr[2] = {1.f, 1.f};
-    const bool softmax = active && warp_live && (!Causal || j0 <= wrow0);
-    if (active) {
-      if (pending) wg::wait<1>();  // S_t is in; P-bar V may still run
-      else wg::wait<0>();
-      wg::fence_operand(s);
-      // This warp's rows: the online softmax, or P-bar = 0 when the tile lies above them all.
-      if (softmax) {
-        const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
-        rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
-      }
-    }
-    if (pending) {
+      wg::wait<1>();  // S_t is in; P-bar V may still run
+    } else {
       wg::wait<0>();
-      wg::fence_operand(acc);
-      wg::fence_operand(a);
-      if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
     }
-    if (active) {
-      if (softmax) {
-        rescale_rows<OT, Level>(acc, acc_lo, corr);
+    wg::fence_operand(s);
+    // This warp's rows: the online softmax, or P-bar = 0 when the tile lies above them all.
+    float corr[2] = {1.f, 1.f};
+    const bool softmax = warp_live && (!Causal || j0 <= wrow0);
+    if (softmax) {
+      const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
+      rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
+    }
+    wg::wait<0>();
+    wg::fence_operand(acc);
+    wg::fence_operand(a);
+    if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
+    if (softmax) {
+      rescale_rows<OT, Level>(acc, acc_lo, corr);
 #pragma unroll
-        for (int kc = 0; kc < PK; ++kc) {
-          c_to_a(a[kc], s, kc);
-          if constexpr (Level > 1) c_to_a_residual(lo[kc], s, kc);
-        }
-      } else {
-#pragma unroll
-        for (int kc = 0; kc < PK; ++kc)
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            a[kc][x] = 0u;
-            if constexpr (Level > 1) lo[kc][x] = 0u;
-          }
+      for (int kc = 0; kc < PK; ++kc) {
+        c_to_a(a[kc], s, kc);
+        if constexpr (Level > 1) c_to_a_residual(lo[kc], s, kc);
       }
+    } else {
+#pragma unroll
+      for (int kc = 0; kc < PK; ++kc)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          a[kc][x] = 0u;
+          if constexpr (Level > 1) lo[kc][x] = 0u;
+        }
     }
-    pending = active;
     __syncthreads();  // K_t and V_{t-1} are free for the next tile's loads
   }
   // The last tile's P-bar V.
   cp_async_wait<0>();
   wg::fence_proxy_async();
   __syncthreads();
-  if (pending) {
+  {
     const std::uint32_t v_t = smem_addr(vs + ((n_tiles - 1) & 1) * kStage);
     wg::fence_operand(acc);
     wg::fence_operand(a);
