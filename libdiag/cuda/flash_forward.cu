@@ -22,14 +22,20 @@ void launch_forward(const FwdParams& p, int B, cudaStream_t stream) {
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int D, bool Causal, int Level, int Rows>
+void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
+  constexpr int smem = fwd_wgmma_smem_bytes<D>(Rows);
+  auto kernel = flash_fwd_wgmma_kernel<D, Causal, Level, Rows>;
+  allow_shared_memory(kernel, smem);
+  const dim3 grid((p.N + Rows - 1) / Rows, B * p.H);
+  kernel<<<grid, 2 * Rows, smem, stream>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int D, bool Causal, int Level>
 void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
-  constexpr int smem = fwd_wgmma_smem_bytes<D>();
-  auto kernel = flash_fwd_wgmma_kernel<D, Causal, Level>;
-  allow_shared_memory(kernel, smem);
-  const dim3 grid((p.N + kWgRows - 1) / kWgRows, B * p.H);
-  kernel<<<grid, 256, smem, stream>>>(p);
-  LPDIAG_CUDA_CHECK(cudaGetLastError());
+  if (wgmma_forward_rows() == 64) launch_forward_wgmma<D, Causal, Level, 64>(p, B, stream);
+  else launch_forward_wgmma<D, Causal, Level, 128>(p, B, stream);
 }
 
 template <int D, bool Causal>

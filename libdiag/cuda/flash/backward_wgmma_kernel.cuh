@@ -4,8 +4,8 @@
 // the 128-byte swizzle (wgmma.cuh). Per tile and warpgroup: S^T = K Q^T and dP^T = V dO^T from
 // shared memory; P and dS in fp32 registers (P by one FFMA and ex2.approx); dV += bf16(P)^T dO
 // and dK += bf16(dS)^T Q with A from registers and dO, Q N-major; bf16(dS)^T to shared memory;
-// dQ's share of this warpgroup's 64 keys = dS K (A M-major, B N-major), added into the fp32
-// buffer by vector atomics.
+// dQ = dS K (A M-major, B N-major) split between the warpgroups (by columns of d at d = 128, by
+// keys at d = 64), added into the fp32 buffer by vector atomics.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -165,29 +165,36 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
     wg::fence_operand(da);
     wg::fence_proxy_async();  // the dS^T stores, visible to wgmma after the barrier
     __syncthreads();
-    // This warpgroup's 64 keys' share of dQ = dS K: A = dS (m = queries, k = keys) read M-major
-    // from [key][query]; B = K (k = keys, n = d) N-major. Rows of dq: queries.
+    // dQ = dS K: A = dS (m = queries, k = keys) read M-major from [key][query]; B = K (k = keys,
+    // n = d) N-major. Rows of dq: queries. At d = 128 each warpgroup takes one 64-column panel of
+    // d over all 128 keys, so each dQ element gets one atomic per block; at d = 64 each takes
+    // its own 64 keys' share over all of d (two atomics per element per block).
     {
-      float dq[OT][4];
+      constexpr int QN = D == 128 ? 64 : D;      // dQ columns per warpgroup
+      constexpr int QK = D == 128 ? Bc / 16 : 4;  // k16 steps over keys
+      float dq[QN / 8][4];
       zero_tiles(dq);
       wg::fence_operand(dq);
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) {
-        const std::uint32_t key_off = (wg * 64 + kc * 16) * kRow;
-        wg::ss_tt<D>(dq, wg::desc_sw128(smem_addr(dss) + key_off, 16), wg::desc_sw128(smem_addr(ks) + key_off, kKPanel));
+      for (int kc = 0; kc < QK; ++kc) {
+        const std::uint32_t key_off = ((D == 128 ? 0 : wg * 64) + kc * 16) * kRow;
+        const std::uint32_t k_panel = D == 128 ? wg * kKPanel : 0;
+        wg::ss_tt<QN>(dq, wg::desc_sw128(smem_addr(dss) + key_off, 16),
+                      wg::desc_sw128(smem_addr(ks) + k_panel + key_off, kKPanel));
       }
       wg::commit();
       wg::wait<0>();
       wg::fence_operand(dq);
       const int qrow = (warp % 4) * 16 + lane / 4;
+      const int col0 = D == 128 ? wg * 64 : 0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = i0 + qrow + 8 * r;
         if (edge && i >= N) continue;
-        float* dq_row = p.dq_accum + (head_off + i) * D + 2 * (lane % 4);
+        float* dq_row = p.dq_accum + (head_off + i) * D + col0 + 2 * (lane % 4);
 #pragma unroll
-        for (int t2 = 0; t2 < OT; ++t2) atomic_add_pair(dq_row + t2 * 8, dq[t2][2 * r], dq[t2][2 * r + 1]);
+        for (int t2 = 0; t2 < QN / 8; ++t2) atomic_add_pair(dq_row + t2 * 8, dq[t2][2 * r], dq[t2][2 * r + 1]);
       }
     }
     __syncthreads();

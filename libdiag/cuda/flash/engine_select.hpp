@@ -32,4 +32,14 @@ inline bool wgmma_requested(const char* var) {
 #endif
 }
 
+// Query rows per block of the wgmma forward (LPDIAG_FLASH_FWD_ROWS, 64 or 128; default 128), a
+// tuning knob for benchmarks.
+inline int wgmma_forward_rows() {
+  const char* e = std::getenv("LPDIAG_FLASH_FWD_ROWS");
+  if (e == nullptr || std::string(e).empty()) return 128;
+  if (std::string(e) == "64") return 64;
+  if (std::string(e) == "128") return 128;
+  throw Error(std::string("LPDIAG_FLASH_FWD_ROWS must be 64 or 128, got '") + e + "'");
+}
+
 }  // namespace lpdiag::cuda::flash

@@ -20,11 +20,18 @@
 
 namespace lpdiag::cuda::flash {
 
-constexpr int kWgRows = 128;  // query rows per block: two warpgroups of 64
-
+// Query rows per block: 128 (two warpgroups of 64 sharing each K/V tile) or 64 (one warpgroup
+// per block; blocks on one SM then drift apart, so one's MMAs overlap another's softmax).
 template <int D>
-__host__ __device__ constexpr int fwd_wgmma_smem_bytes() {
-  return (kWgRows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
+__host__ __device__ constexpr int fwd_wgmma_smem_bytes(int rows) {
+  return (rows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
+}
+
+// Blocks per SM the registers are sized for (at most 65536 / (threads x blocks) each).
+template <int D, int Level, int Rows>
+__host__ __device__ constexpr int fwd_wgmma_min_blocks() {
+  if (Rows == 128) return D == 64 && Level < 2 ? 2 : 1;
+  return D == 64 && Level < 2 ? 3 : 2;
 }
 
 // Copies `Rows` rows of a (N x D) bf16 head into 64-column panels ([D / 64][Rows][64], each
@@ -45,26 +52,27 @@ __device__ __forceinline__ void load_panels(__nv_bfloat16* dst, const __nv_bfloa
   }
 }
 
-template <int D, bool Causal, int Level>
-__global__ void __launch_bounds__(256, D == 64 && Level < 2 ? 2 : 1) flash_fwd_wgmma_kernel(FwdParams p) {
+template <int D, bool Causal, int Level, int Rows>
+__global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows>())) flash_fwd_wgmma_kernel(FwdParams p) {
+  constexpr int kThreads = 2 * Rows;
   constexpr int NT = kBlockKeys / 8;  // S n-tiles per key tile
   constexpr int OT = D / 8;           // O n-tiles
   constexpr int KC = D / 16;          // k16 steps of Q K^T
   constexpr int PK = kBlockKeys / 16;  // k16 steps of P-bar V
   constexpr std::uint32_t kPanelRow = 128;                // bytes per panel row (64 bf16)
-  constexpr std::uint32_t kQPanel = kWgRows * kPanelRow;  // bytes per Q panel
+  constexpr std::uint32_t kQPanel = Rows * kPanelRow;  // bytes per Q panel
   constexpr std::uint32_t kKvPanel = kBlockKeys * kPanelRow;
   constexpr int kStage = kBlockKeys * D;  // elements per K (V) stage
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(align_smem(smem_raw));
-  __nv_bfloat16* ks = qs + kWgRows * D;
+  __nv_bfloat16* ks = qs + Rows * D;
   __nv_bfloat16* vs = ks + 2 * kStage;
   __shared__ FwdBlockCounters blk;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // long causal rows first
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
-  const int m0 = m_block * kWgRows;
+  const int m0 = m_block * Rows;
   const int N = p.N;
   const __nv_bfloat16* qg = p.q.head(b, h);
   const __nv_bfloat16* kg = p.k.head(b, h);
@@ -72,13 +80,13 @@ __global__ void __launch_bounds__(256, D == 64 && Level < 2 ? 2 : 1) flash_fwd_w
 
   blk.init(Level);
 
-  const int key_end = Causal ? min(N, m0 + kWgRows) : N;
+  const int key_end = Causal ? min(N, m0 + Rows) : N;
   const int n_tiles = (key_end + kBlockKeys - 1) / kBlockKeys;
 
   // Loads run one tile ahead: Q and K_0 first; at tile t, K_{t+1} and V_t (V_t is first used
   // at tile t + 1, by the P-bar V that overlaps S_{t+1}'s softmax).
-  load_panels<D, kWgRows, 256>(qs, qg, p.q.sn, m0, N);
-  load_panels<D, kBlockKeys, 256>(ks, kg, p.k.sn, 0, N);
+  load_panels<D, Rows, kThreads>(qs, qg, p.q.sn, m0, N);
+  load_panels<D, kBlockKeys, kThreads>(ks, kg, p.k.sn, 0, N);
   cp_async_commit();
 
   const int wrow0 = m0 + warp * 16;
@@ -96,8 +104,8 @@ __global__ void __launch_bounds__(256, D == 64 && Level < 2 ? 2 : 1) flash_fwd_w
   // them (C7520). The branches below depend on the tile index only.
   for (int t = 0; t < n_tiles; ++t) {
     const int j0 = t * kBlockKeys;
-    if (t + 1 < n_tiles) load_panels<D, kBlockKeys, 256>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
-    load_panels<D, kBlockKeys, 256>(vs + (t & 1) * kStage, vg, p.v.sn, j0, N);
+    if (t + 1 < n_tiles) load_panels<D, kBlockKeys, kThreads>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
+    load_panels<D, kBlockKeys, kThreads>(vs + (t & 1) * kStage, vg, p.v.sn, j0, N);
     cp_async_commit();
     cp_async_wait<1>();       // K_t and V_{t-1} are in
     wg::fence_proxy_async();  // this thread's cp.async data, visible to wgmma after the barrier
