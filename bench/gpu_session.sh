@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [wgmma] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -21,12 +21,18 @@ grep -B1 -E "spill|Used [0-9]+ registers" "$OUT/build.log" | grep -A1 "sm_90" | 
 for s in "$@"; do
   case $s in
     tests)
-      stage "test_flash_attention"
-      timeout 300 $B/tests/test_flash_attention >"$OUT/test_flash_attention.log" 2>&1; echo "rc=$?"; tail -3 "$OUT/test_flash_attention.log"
-      grep -E "FAIL|PASSED|FAILED" "$OUT/test_flash_attention.log" | head -30
-      stage "bench_attention --check"
-      timeout 300 $B/bench/bench_attention --check --json "$OUT/check.json" >"$OUT/check.log" 2>&1; echo "rc=$?"
-      grep -E "FAIL|PASSED|FAILED|error" "$OUT/check.log" | head -20 ;;
+      # Every gpu-labelled test: the default kernels (wgmma on a 9.0 device), the mma.sync ones,
+      # the wgmma forward at both block heights, the operand layouts; then the gradient check
+      # against SDPA flash with the default kernels and with the mma.sync ones.
+      stage "ctest -L gpu"
+      (cd $B && timeout 400 ctest -L gpu --output-on-failure >"$OUT/ctest-gpu.log" 2>&1); echo "rc=$?"
+      grep -E "Test +#|tests passed|FAIL" "$OUT/ctest-gpu.log" | head -20
+      grep -hE "^gaussian" "$OUT/ctest-gpu.log" | head -4
+      for eng in auto mma; do
+        stage "bench_attention --check ($eng)"
+        LPDIAG_FLASH_FORWARD=$eng LPDIAG_FLASH_BACKWARD=$eng timeout 300 $B/bench/bench_attention --check --json "$OUT/check-$eng.json" >"$OUT/check-$eng.log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|PASSED|FAILED|error" "$OUT/check-$eng.log" | head -20
+      done ;;
     check128)
       stage "bench_attention --check --bwd-keys 128"
       timeout 300 $B/bench/bench_attention --check --bwd-keys 128 >"$OUT/check128.log" 2>&1; echo "rc=$?"
@@ -35,34 +41,18 @@ for s in "$@"; do
       stage "bench_attention --ours-only --bwd-keys 128"
       timeout 400 $B/bench/bench_attention --reps 20 --ours-only --bwd-keys 128 >"$OUT/bench128.log" 2>&1; echo "rc=$?"
       tail -12 "$OUT/bench128.log" ;;
-    wgmma)
-      # The wgmma kernels (wip): the correctness tests with each on alone, then both; the
-      # gradient check, memcheck and the benchmark with both. First the operand layouts alone.
-      stage "test_wgmma_layouts"
-      timeout 60 $B/tests/test_wgmma_layouts >"$OUT/wgmma-layouts.log" 2>&1; rc=$?; echo "rc=$rc"; tail -25 "$OUT/wgmma-layouts.log"
-      # A wrong operand layout makes every kernel test below fail too: stop here.
-      [ $rc -eq 0 ] || continue
-      for v in "LPDIAG_FLASH_FORWARD=wgmma" "LPDIAG_FLASH_BACKWARD=wgmma" "LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"; do
-        stage "test_flash_attention with $v"
-        log="$OUT/wgmma-test-$(echo $v | tr -dc 'A-Z' | cut -c1-40).log"
-        env $v timeout 150 $B/tests/test_flash_attention >"$log" 2>&1; echo "rc=$?"
-        grep -E "FAIL|PASSED|FAILED|error" "$log" | head -12
-      done
-      W="env LPDIAG_FLASH_FORWARD=wgmma LPDIAG_FLASH_BACKWARD=wgmma"
-      stage "bench_attention --check, wgmma"
-      $W timeout 300 $B/bench/bench_attention --check >"$OUT/wgmma-check.log" 2>&1; echo "rc=$?"
-      grep -E "FAIL|PASSED|FAILED|error" "$OUT/wgmma-check.log" | head -20
-      stage "compute-sanitizer memcheck, wgmma"
-      $W timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/wgmma-memcheck.log" 2>&1
-      echo "rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/wgmma-memcheck.log" | tail -3
-      stage "bench_attention, wgmma"
-      $W timeout 400 $B/bench/bench_attention --reps 20 --json "$OUT/wgmma-bench.json" >"$OUT/wgmma-bench.log" 2>&1; echo "rc=$?"
-      tail -32 "$OUT/wgmma-bench.log" ;;
+    mmabench)
+      # The mma.sync kernels' timings, for comparison with the default ones.
+      stage "bench_attention --ours-only, mma.sync kernels"
+      LPDIAG_FLASH_FORWARD=mma LPDIAG_FLASH_BACKWARD=mma timeout 400 $B/bench/bench_attention --reps 20 --ours-only --json "$OUT/mma-bench.json" >"$OUT/mma-bench.log" 2>&1; echo "rc=$?"
+      tail -20 "$OUT/mma-bench.log" ;;
     sanitize)
       for tool in memcheck racecheck; do
         stage "compute-sanitizer $tool"
-        timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/sanitizer-$tool.log" 2>&1
-        echo "rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool.log" | tail -3
+        for eng in auto mma; do
+          LPDIAG_FLASH_FORWARD=$eng LPDIAG_FLASH_BACKWARD=$eng timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/sanitizer-$tool-$eng.log" 2>&1
+          echo "$eng rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool-$eng.log" | tail -3
+        done
       done ;;
     bench)
       stage "bench_attention"

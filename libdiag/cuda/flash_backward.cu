@@ -40,7 +40,7 @@ void launch_wgmma(const BwdParams& p, int B, cudaStream_t stream) {
 
 template <int D, bool Causal>
 void launch_main(const BwdParams& p, int B, int key_block, cudaStream_t stream) {
-  if (wgmma_requested("LPDIAG_FLASH_BACKWARD")) launch_wgmma<D, Causal>(p, B, stream);  // 128 keys per block
+  if (use_wgmma("LPDIAG_FLASH_BACKWARD")) launch_wgmma<D, Causal>(p, B, stream);  // 128 keys per block
   else if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
   else launch_main<D, Causal, 64>(p, B, stream);
 }

@@ -34,13 +34,13 @@ void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
 
 template <int D, bool Causal, int Level>
 void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
-  if (wgmma_forward_rows() == 64) launch_forward_wgmma<D, Causal, Level, 64>(p, B, stream);
+  if (wgmma_forward_rows(D) == 64) launch_forward_wgmma<D, Causal, Level, 64>(p, B, stream);
   else launch_forward_wgmma<D, Causal, Level, 128>(p, B, stream);
 }
 
 template <int D, bool Causal>
 void by_level(const FwdParams& p, int B, Instrument level, cudaStream_t s) {
-  if (wgmma_requested("LPDIAG_FLASH_FORWARD")) {
+  if (use_wgmma("LPDIAG_FLASH_FORWARD")) {
     switch (level) {
       case Instrument::off: return launch_forward_wgmma<D, Causal, 0>(p, B, s);
       case Instrument::counters: return launch_forward_wgmma<D, Causal, 1>(p, B, s);

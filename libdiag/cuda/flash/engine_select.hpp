@@ -1,7 +1,8 @@
-// Host-side choice of the wgmma kernels while they are new: opt-in per direction through an
-// environment variable (LPDIAG_FLASH_FORWARD=wgmma, LPDIAG_FLASH_BACKWARD=wgmma). They need a
-// build with an sm_90a image (CMAKE_CUDA_ARCHITECTURES containing 90a defines
-// LPDIAG_HAVE_SM90A) and a device of compute capability 9.0; asking without them is an error.
+// Host-side choice between the mma.sync kernels (sm_80 and up) and the wgmma kernels (Hopper).
+// Per direction, the environment variables LPDIAG_FLASH_FORWARD and LPDIAG_FLASH_BACKWARD take
+// `auto` (the default: wgmma where it can run), `mma` or `wgmma`. wgmma needs a build with an
+// sm_90a image (CMAKE_CUDA_ARCHITECTURES containing 90a, the default, defines LPDIAG_HAVE_SM90A)
+// and a device of compute capability 9.0; asking for it without them is an error.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -13,30 +14,38 @@
 
 namespace lpdiag::cuda::flash {
 
-inline bool wgmma_requested(const char* var) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || std::string(e).empty() || std::string(e) == "mma") return false;
-  if (std::string(e) != "wgmma") throw Error(std::string(var) + " must be mma or wgmma, got '" + e + "'");
+// Why the wgmma kernels cannot run here, or empty when they can.
+inline std::string wgmma_unavailable() {
 #ifndef LPDIAG_HAVE_SM90A
-  throw Error(std::string(var) + "=wgmma: this build has no sm_90a image; configure with CMAKE_CUDA_ARCHITECTURES "
-              "containing 90a (e.g. \"80;90a\") or unset " + var);
+  return "this build has no sm_90a image; configure with CMAKE_CUDA_ARCHITECTURES containing 90a (e.g. \"80;90a\")";
 #else
   int dev = 0, major = 0, minor = 0;
   LPDIAG_CUDA_CHECK(cudaGetDevice(&dev));
   LPDIAG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   LPDIAG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major != 9 || minor != 0)
-    throw Error(std::string(var) + "=wgmma needs a compute capability 9.0 device, this one is " + std::to_string(major) +
-                "." + std::to_string(minor));
-  return true;
+    return "it needs a compute capability 9.0 device, this one is " + std::to_string(major) + "." + std::to_string(minor);
+  return {};
 #endif
 }
 
-// Query rows per block of the wgmma forward (LPDIAG_FLASH_FWD_ROWS, 64 or 128; default 128), a
-// tuning knob for benchmarks.
-inline int wgmma_forward_rows() {
+// Whether the direction named by `var` runs on the wgmma kernels.
+inline bool use_wgmma(const char* var) {
+  const char* e = std::getenv(var);
+  const std::string v = e == nullptr ? "" : e;
+  if (v == "mma") return false;
+  if (v.empty() || v == "auto") return wgmma_unavailable().empty();
+  if (v != "wgmma") throw Error(std::string(var) + " must be auto, mma or wgmma, got '" + v + "'");
+  const std::string why = wgmma_unavailable();
+  if (!why.empty()) throw Error(std::string(var) + "=wgmma: " + why + "; or set " + var + "=auto");
+  return true;
+}
+
+// Query rows per block of the wgmma forward: 64 at d = 64 and 128 at d = 128 (the faster of the
+// two on the H200, docs/BENCHMARKS.md), or LPDIAG_FLASH_FWD_ROWS = 64 or 128 for benchmarks.
+inline int wgmma_forward_rows(int d) {
   const char* e = std::getenv("LPDIAG_FLASH_FWD_ROWS");
-  if (e == nullptr || std::string(e).empty()) return 128;
+  if (e == nullptr || std::string(e).empty()) return d == 64 ? 64 : 128;
   if (std::string(e) == "64") return 64;
   if (std::string(e) == "128") return 128;
   throw Error(std::string("LPDIAG_FLASH_FWD_ROWS must be 64 or 128, got '") + e + "'");
