@@ -49,7 +49,7 @@ for s in "$@"; do
     sanitize)
       for tool in memcheck racecheck; do
         stage "compute-sanitizer $tool"
-        for eng in auto mma; do
+        for eng in ${SAN_ENGINES:-auto mma}; do
           LPDIAG_FLASH_FORWARD=$eng LPDIAG_FLASH_BACKWARD=$eng timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_flash_attention --small >"$OUT/sanitizer-$tool-$eng.log" 2>&1
           echo "$eng rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool-$eng.log" | tail -3
         done
