@@ -4,9 +4,8 @@
 // the 128-byte swizzle (wgmma.cuh). Per tile and warpgroup: S^T = K Q^T and dP^T = V dO^T from
 // shared memory; P and dS in fp32 registers (P by one FFMA and ex2.approx); dV += bf16(P)^T dO
 // and dK += bf16(dS)^T Q with A from registers and dO, Q N-major; bf16(dS)^T to shared memory;
-// dQ = dS K (A M-major, B N-major) split between the warpgroups (by columns of d at d = 128; by
-// keys at d = 64, then summed through shared memory), added into the fp32 buffer by one vector
-// atomic per element and block.
+// dQ = dS K (A M-major, B N-major) split between the warpgroups (by columns of d at d = 128, by
+// keys at d = 64), added into the fp32 buffer by vector atomics.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -25,9 +24,7 @@ constexpr int kWgBwdRows = 64;   // query rows per tile
 
 template <int D>
 __host__ __device__ constexpr int bwd_wgmma_smem_bytes() {
-  // K, V; Q, dO double-buffered; dS^T; L and delta double-buffered; at d = 64 the dQ exchange.
-  return (2 * kWgBwdKeys * D + 4 * kWgBwdRows * D + kWgBwdKeys * kWgBwdRows) * 2 + 4 * kWgBwdRows * 4 +
-         (D == 64 ? kWgBwdRows * D * 4 : 0) + kSmemAlign;
+  return (2 * kWgBwdKeys * D + 4 * kWgBwdRows * D + kWgBwdKeys * kWgBwdRows) * 2 + 4 * kWgBwdRows * 4 + kSmemAlign;
 }
 
 template <int D, bool Causal>
@@ -49,8 +46,6 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
   __nv_bfloat16* dss = dos + 2 * kStage;    // bf16(dS)^T, [key][query], one panel
   float* lse_s = reinterpret_cast<float*>(dss + Bc * Br);  // [2][Br], L * log2(e)
   float* delta_s = lse_s + 2 * Br;                         // [2][Br]
-  // d = 64: each warpgroup's half of dQ that the other one adds, [warpgroup][4][128 threads] float4.
-  auto* xch = reinterpret_cast<float4*>(delta_s + 2 * Br);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const int bh = blockIdx.y, b = bh / p.H, h = bh % p.H;
@@ -171,12 +166,11 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
     wg::fence_proxy_async();  // the dS^T stores, visible to wgmma after the barrier
     __syncthreads();
     // dQ = dS K: A = dS (m = queries, k = keys) read M-major from [key][query]; B = K (k = keys,
-    // n = d) N-major. Rows of dq: queries. Each dQ element gets one atomic per block: at d = 128
-    // each warpgroup takes one 64-column panel of d over all 128 keys; at d = 64 each takes its
-    // own 64 keys' share of all of d, then the two swap halves through shared memory and each
-    // adds 32 columns.
+    // n = d) N-major. Rows of dq: queries. At d = 128 each warpgroup takes one 64-column panel of
+    // d over all 128 keys, so each dQ element gets one atomic per block; at d = 64 each takes
+    // its own 64 keys' share over all of d (two atomics per element per block).
     {
-      constexpr int QN = D == 128 ? 64 : D;      // dQ columns per warpgroup's MMA
+      constexpr int QN = D == 128 ? 64 : D;      // dQ columns per warpgroup
       constexpr int QK = D == 128 ? Bc / 16 : 4;  // k16 steps over keys
       float dq[QN / 8][4];
       zero_tiles(dq);
@@ -192,35 +186,15 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
       wg::commit();
       wg::wait<0>();
       wg::fence_operand(dq);
-      constexpr int AT = D == 128 ? QN / 8 : QN / 16;  // n8 tiles this warpgroup adds
-      const int t_first = D == 128 ? 0 : wg * AT;      // ... from this one of its dq tiles
-      const int col0 = D == 128 ? wg * 64 : 0;
-      if constexpr (D == 64) {
-        const int tid = threadIdx.x % 128;
-#pragma unroll
-        for (int x = 0; x < AT; ++x) {
-          const int t2 = (1 - wg) * AT + x;  // the other warpgroup's tiles
-          xch[(wg * AT + x) * 128 + tid] = make_float4(dq[t2][0], dq[t2][1], dq[t2][2], dq[t2][3]);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int x = 0; x < AT; ++x) {
-          const float4 o = xch[((1 - wg) * AT + x) * 128 + tid];
-          float* c = dq[t_first + x];
-          c[0] += o.x, c[1] += o.y, c[2] += o.z, c[3] += o.w;
-        }
-      }
       const int qrow = (warp % 4) * 16 + lane / 4;
+      const int col0 = D == 128 ? wg * 64 : 0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = i0 + qrow + 8 * r;
         if (edge && i >= N) continue;
         float* dq_row = p.dq_accum + (head_off + i) * D + col0 + 2 * (lane % 4);
 #pragma unroll
-        for (int x = 0; x < AT; ++x) {
-          const int t2 = t_first + x;
-          atomic_add_pair(dq_row + t2 * 8, dq[t2][2 * r], dq[t2][2 * r + 1]);
-        }
+        for (int t2 = 0; t2 < QN / 8; ++t2) atomic_add_pair(dq_row + t2 * 8, dq[t2][2 * r], dq[t2][2 * r + 1]);
       }
     }
     __syncthreads();
