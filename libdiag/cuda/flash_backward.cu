@@ -15,8 +15,8 @@ namespace {
 // Keys per backward block when the caller leaves it to us, from `bench_attention --bwd-keys`
 // on the H200 (docs/BENCHMARKS.md): at d = 128, 128 keys over 8 warps share each query tile's
 // load and halve the dQ atomics (+12% causal, +15% non-causal backward); at d = 64 the smaller
-// block is 2% faster.
-constexpr int default_bwd_key_block(std::int64_t d) { return d == 128 ? 128 : 64; }
+// block is 2% faster. The wgmma backward: 128 keys (two warpgroups) at both d (session 7).
+constexpr int default_bwd_key_block(std::int64_t d, bool wgmma) { return d == 128 || wgmma ? 128 : 64; }
 
 template <int D, bool Causal, int Bc>
 void launch_main(const BwdParams& p, int B, cudaStream_t stream) {
@@ -28,30 +28,37 @@ void launch_main(const BwdParams& p, int B, cudaStream_t stream) {
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int D, bool Causal>
+template <int D, bool Causal, int Keys>
 void launch_wgmma(const BwdParams& p, int B, cudaStream_t stream) {
-  constexpr int smem = bwd_wgmma_smem_bytes<D>();
-  auto kernel = flash_bwd_wgmma_kernel<D, Causal>;
+  constexpr int smem = bwd_wgmma_smem_bytes<D>(Keys);
+  auto kernel = flash_bwd_wgmma_kernel<D, Causal, Keys>;
   allow_shared_memory(kernel, smem);
-  const dim3 grid((p.N + kWgBwdKeys - 1) / kWgBwdKeys, B * p.H);
-  kernel<<<grid, 256, smem, stream>>>(p);
+  const dim3 grid((p.N + Keys - 1) / Keys, B * p.H);
+  kernel<<<grid, 2 * Keys, smem, stream>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int D, bool Causal>
 void launch_main(const BwdParams& p, int B, int key_block, cudaStream_t stream) {
-  if (use_wgmma("LPDIAG_FLASH_BACKWARD")) launch_wgmma<D, Causal>(p, B, stream);  // 128 keys per block
-  else if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
+  if (key_block == 128) launch_main<D, Causal, 128>(p, B, stream);
   else launch_main<D, Causal, 64>(p, B, stream);
 }
 
+template <int D, bool Causal>
+void launch_wgmma(const BwdParams& p, int B, int key_block, cudaStream_t stream) {
+  if (key_block == 64) launch_wgmma<D, Causal, 64>(p, B, stream);
+  else launch_wgmma<D, Causal, 128>(p, B, stream);
+}
+
 template <int D>
-void launch_all(const BwdParams& p, int B, bool causal, bool full, int key_block, cudaStream_t s) {
+void launch_all(const BwdParams& p, int B, bool causal, bool full, bool wgmma, int key_block, cudaStream_t s) {
   const dim3 dgrid((p.N + 255) / 256, B * p.H);
   if (full) flash_bwd_delta_kernel<D, true><<<dgrid, 256, 0, s>>>(p);
   else flash_bwd_delta_kernel<D, false><<<dgrid, 256, 0, s>>>(p);
   LPDIAG_CUDA_CHECK(cudaGetLastError());
-  if (causal) launch_main<D, true>(p, B, key_block, s);
+  if (wgmma && causal) launch_wgmma<D, true>(p, B, key_block, s);
+  else if (wgmma) launch_wgmma<D, false>(p, B, key_block, s);
+  else if (causal) launch_main<D, true>(p, B, key_block, s);
   else launch_main<D, false>(p, B, key_block, s);
   const std::int64_t n = static_cast<std::int64_t>(B) * p.H * p.N * D;
   const std::int64_t want = (n + 255) / 256;
@@ -90,9 +97,10 @@ void flash_backward(const FlashBackwardArgs& a) {
   const std::int64_t nd = a.shape.B * a.shape.H * a.shape.N * a.shape.d;
   LPDIAG_CUDA_CHECK(cudaMemsetAsync(a.dq_accum, 0, static_cast<std::size_t>(nd) * sizeof(float), s));
   const int B = static_cast<int>(a.shape.B);
-  const int key_block = a.key_block == 0 ? default_bwd_key_block(a.shape.d) : a.key_block;
-  if (a.shape.d == 64) launch_all<64>(p, B, a.shape.causal, full, key_block, s);
-  else launch_all<128>(p, B, a.shape.causal, full, key_block, s);
+  const bool wgmma = use_wgmma("LPDIAG_FLASH_BACKWARD");
+  const int key_block = a.key_block == 0 ? default_bwd_key_block(a.shape.d, wgmma) : a.key_block;
+  if (a.shape.d == 64) launch_all<64>(p, B, a.shape.causal, full, wgmma, key_block, s);
+  else launch_all<128>(p, B, a.shape.causal, full, wgmma, key_block, s);
 }
 
 }  // namespace lpdiag::cuda

@@ -1,6 +1,6 @@
 // gpu (sm_90a): the wgmma operand layouts the Hopper attention kernels rely on, one product at a
 // time on small-integer matrices (every product and sum exact in fp32), against the CPU:
-//   ss:  D = A B^T, A and B K-major in 64-column panels (S = Q K^T, S^T = K Q^T), K = 64, 128
+//   ss:  D = A B^T, A and B K-major in 64-column panels (S = Q K^T, S^T = K Q^T), K and N = 64, 128
 //   rs:  D = A B,  A from registers as mma.sync A fragments, B N-major (P-bar V, dV, dK), N = 64, 128
 //   tt:  D = A B,  A M-major (stored transposed), B N-major (dQ = dS K), N = 64, 128
 // It uses the kernels' own helpers (load_panels, desc_sw128, the wgmma wrappers), so a wrong
@@ -32,30 +32,31 @@ __device__ void store_acc(float* d, int n_cols, const float (*acc)[4], int tiles
     }
 }
 
-// D (64 x 64) = A (64 x K) B^T, B (64 x K): both K-major panels.
-template <int K>
+// D (64 x N) = A (64 x K) B^T, B (N x K): both K-major panels.
+template <int K, int N>
 __global__ void ss_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
   extern __shared__ __align__(128) unsigned char raw[];
   auto* as = reinterpret_cast<__nv_bfloat16*>(fl::align_smem(raw));
   __nv_bfloat16* bs = as + 64 * K;
   fl::load_panels<K, 64, 128>(as, a, K, 0, 64);
-  fl::load_panels<K, 64, 128>(bs, b, K, 0, 64);
+  fl::load_panels<K, N, 128>(bs, b, K, 0, N);
   fl::cp_async_commit();
   fl::cp_async_wait<0>();
   fl::wg::fence_proxy_async();
   __syncthreads();
-  float acc[8][4];
+  float acc[N / 8][4];
   fl::zero_tiles(acc);
   fl::wg::fence_operand(acc);
   fl::wg::fence();
   for (int kc = 0; kc < K / 16; ++kc) {
-    const std::uint32_t in = (kc / 4) * 64 * kRow + (kc % 4) * 32;
-    fl::wg::ss_m64n64k16(acc, fl::wg::desc_sw128(fl::smem_addr(as) + in, 16), fl::wg::desc_sw128(fl::smem_addr(bs) + in, 16));
+    const std::uint32_t in = (kc % 4) * 32;
+    fl::wg::ss<N, 0, 0>(acc, fl::wg::desc_sw128(fl::smem_addr(as) + (kc / 4) * 64 * kRow + in, 16),
+                        fl::wg::desc_sw128(fl::smem_addr(bs) + (kc / 4) * N * kRow + in, 16));
   }
   fl::wg::commit();
   fl::wg::wait<0>();
   fl::wg::fence_operand(acc);
-  store_acc(d, 64, acc, 8);
+  store_acc(d, N, acc, N / 8);
 }
 
 // D (64 x N) = A (64 x 64) B (64 x N): A from registers, B N-major panels [N / 64][64][64].
@@ -114,7 +115,7 @@ __global__ void tt_kernel(const __nv_bfloat16* at, const __nv_bfloat16* b, float
   fl::wg::fence_operand(acc);
   fl::wg::fence();
   for (int kc = 0; kc < 4; ++kc)
-    fl::wg::ss_tt<N>(acc, fl::wg::desc_sw128(fl::smem_addr(as) + kc * 16 * kRow, 16),
+    fl::wg::ss<N, 1, 1>(acc, fl::wg::desc_sw128(fl::smem_addr(as) + kc * 16 * kRow, 16),
                      fl::wg::desc_sw128(fl::smem_addr(bs) + kc * 16 * kRow, 64 * kRow));
   fl::wg::commit();
   fl::wg::wait<0>();
@@ -169,15 +170,16 @@ void check(const std::string& what, Kernel kernel, int smem, const std::vector<_
   failures += bad != 0;
 }
 
-template <int K>
+template <int K, int N>
 void run_ss(std::mt19937& rng) {
   std::vector<float> af, bf;
-  const auto a = random_ints(64 * K, rng, af), b = random_ints(64 * K, rng, bf);
-  std::vector<float> want(64 * 64, 0.f);
+  const auto a = random_ints(64 * K, rng, af), b = random_ints(N * K, rng, bf);
+  std::vector<float> want(64 * N, 0.f);
   for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < 64; ++j)
-      for (int k = 0; k < K; ++k) want[i * 64 + j] += af[i * K + k] * bf[j * K + k];
-  check("ss K=" + std::to_string(K), ss_kernel<K>, 2 * 64 * K * 2 + fl::kSmemAlign, a, b, want, 64);
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) want[i * N + j] += af[i * K + k] * bf[j * K + k];
+  check("ss K=" + std::to_string(K) + " N=" + std::to_string(N), ss_kernel<K, N>, (64 + N) * K * 2 + fl::kSmemAlign, a, b,
+        want, N);
 }
 
 template <int N>
@@ -214,8 +216,10 @@ int main() {
     return 77;
   }
   std::mt19937 rng(std::random_device{}());
-  run_ss<64>(rng);
-  run_ss<128>(rng);
+  run_ss<64, 64>(rng);
+  run_ss<128, 64>(rng);
+  run_ss<64, 128>(rng);
+  run_ss<128, 128>(rng);
   run_rs_tt<64>(rng);
   run_rs_tt<128>(rng);
   std::printf("%s: %d failing products\n", failures ? "FAILED" : "PASSED", failures);

@@ -1,11 +1,11 @@
 // FlashAttention-2 backward on Hopper's warpgroup MMA (sm_90a), the same operations as
-// backward_kernel.cuh: one block per (128 keys, batch x head), two warpgroups of 64 keys,
+// backward_kernel.cuh: one block per (Keys = 128 or 64 keys, batch x head), a warpgroup per 64 keys,
 // query tiles of 64 rows double-buffered through cp.async, all tiles as 64-column panels with
 // the 128-byte swizzle (wgmma.cuh). Per tile and warpgroup: S^T = K Q^T and dP^T = V dO^T from
 // shared memory; P and dS in fp32 registers (P by one FFMA and ex2.approx); dV += bf16(P)^T dO
 // and dK += bf16(dS)^T Q with A from registers and dO, Q N-major; bf16(dS)^T to shared memory;
-// dQ = dS K (A M-major, B N-major) split between the warpgroups (by columns of d at d = 128, by
-// keys at d = 64), added into the fp32 buffer by vector atomics.
+// dQ = dS K (A M-major, B N-major) split between two warpgroups by columns of d at d = 128, else
+// by keys, added into the fp32 buffer by vector atomics.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -19,17 +19,17 @@
 
 namespace lpdiag::cuda::flash {
 
-constexpr int kWgBwdKeys = 128;  // keys per block: two warpgroups of 64
-constexpr int kWgBwdRows = 64;   // query rows per tile
+constexpr int kWgBwdRows = 64;  // query rows per tile
 
+// Keys per block: 128 (two warpgroups of 64) or 64 (one warpgroup; two blocks per SM).
 template <int D>
-__host__ __device__ constexpr int bwd_wgmma_smem_bytes() {
-  return (2 * kWgBwdKeys * D + 4 * kWgBwdRows * D + kWgBwdKeys * kWgBwdRows) * 2 + 4 * kWgBwdRows * 4 + kSmemAlign;
+__host__ __device__ constexpr int bwd_wgmma_smem_bytes(int keys) {
+  return (2 * keys * D + 4 * kWgBwdRows * D + keys * kWgBwdRows) * 2 + 4 * kWgBwdRows * 4 + kSmemAlign;
 }
 
-template <int D, bool Causal>
-__global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
-  constexpr int Bc = kWgBwdKeys, Br = kWgBwdRows;
+template <int D, bool Causal, int Keys>
+__global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_kernel(BwdParams p) {
+  constexpr int Bc = Keys, Br = kWgBwdRows, kThreads = 2 * Keys;
   constexpr int ST = Br / 8;   // n-tiles of S^T (queries)
   constexpr int KC = D / 16;   // k16 steps over d
   constexpr int OT = D / 8;    // n-tiles over d
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
   const int n_tiles = (N - i_begin + Br - 1) / Br;
 
   auto load_rows = [&](int buf, int i0) {
-    load_panels<D, Br, 256>(qs + buf * kStage, qg, p.q.sn, i0, N);
-    load_panels<D, Br, 256>(dos + buf * kStage, dog, p.dout.sn, i0, N);
+    load_panels<D, Br, kThreads>(qs + buf * kStage, qg, p.q.sn, i0, N);
+    load_panels<D, Br, kThreads>(dos + buf * kStage, dog, p.dout.sn, i0, N);
     if (threadIdx.x < Br) {
       const int i = i0 + threadIdx.x;
       lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * 1.4426950408889634f : 0.f;
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
     }
   };
 
-  load_panels<D, Bc, 256>(ks, kg, p.k.sn, j0, N);
-  load_panels<D, Bc, 256>(vs, vg, p.v.sn, j0, N);
+  load_panels<D, Bc, kThreads>(ks, kg, p.k.sn, j0, N);
+  load_panels<D, Bc, kThreads>(vs, vg, p.v.sn, j0, N);
   load_rows(0, i_begin);
   cp_async_commit();
 
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc) {
       const std::uint32_t in = (kc % 4) * 32;  // 16 columns inside the 64-column panel kc / 4
-      wg::ss_m64n64k16(s, wg::desc_sw128(k_wg + (kc / 4) * kKPanel + in, 16), wg::desc_sw128(q_t + (kc / 4) * kQPanel + in, 16));
-      wg::ss_m64n64k16(dp, wg::desc_sw128(v_wg + (kc / 4) * kKPanel + in, 16), wg::desc_sw128(do_t + (kc / 4) * kQPanel + in, 16));
+      wg::ss_m64n64k16<0, 0>(s, wg::desc_sw128(k_wg + (kc / 4) * kKPanel + in, 16), wg::desc_sw128(q_t + (kc / 4) * kQPanel + in, 16));
+      wg::ss_m64n64k16<0, 0>(dp, wg::desc_sw128(v_wg + (kc / 4) * kKPanel + in, 16), wg::desc_sw128(do_t + (kc / 4) * kQPanel + in, 16));
     }
     wg::commit();
     wg::wait<0>();
@@ -166,28 +166,29 @@ __global__ void __launch_bounds__(256, 1) flash_bwd_wgmma_kernel(BwdParams p) {
     wg::fence_proxy_async();  // the dS^T stores, visible to wgmma after the barrier
     __syncthreads();
     // dQ = dS K: A = dS (m = queries, k = keys) read M-major from [key][query]; B = K (k = keys,
-    // n = d) N-major. Rows of dq: queries. At d = 128 each warpgroup takes one 64-column panel of
-    // d over all 128 keys, so each dQ element gets one atomic per block; at d = 64 each takes
-    // its own 64 keys' share over all of d (two atomics per element per block).
+    // n = d) N-major. Rows of dq: queries. At d = 128 with two warpgroups each takes one
+    // 64-column panel of d over all 128 keys (one atomic per dQ element and block); otherwise
+    // each takes its own 64 keys' share of all of d.
     {
-      constexpr int QN = D == 128 ? 64 : D;      // dQ columns per warpgroup
-      constexpr int QK = D == 128 ? Bc / 16 : 4;  // k16 steps over keys
+      constexpr bool kByCols = D == 128 && Keys == 128;  // else each warpgroup: its keys, all of d
+      constexpr int QN = kByCols ? 64 : D;               // dQ columns per warpgroup
+      constexpr int QK = kByCols ? Bc / 16 : 4;          // k16 steps over keys
       float dq[QN / 8][4];
       zero_tiles(dq);
       wg::fence_operand(dq);
       wg::fence();
 #pragma unroll
       for (int kc = 0; kc < QK; ++kc) {
-        const std::uint32_t key_off = ((D == 128 ? 0 : wg * 64) + kc * 16) * kRow;
-        const std::uint32_t k_panel = D == 128 ? wg * kKPanel : 0;
-        wg::ss_tt<QN>(dq, wg::desc_sw128(smem_addr(dss) + key_off, 16),
+        const std::uint32_t key_off = ((kByCols ? 0 : wg * 64) + kc * 16) * kRow;
+        const std::uint32_t k_panel = kByCols ? wg * kKPanel : 0;
+        wg::ss<QN, 1, 1>(dq, wg::desc_sw128(smem_addr(dss) + key_off, 16),
                       wg::desc_sw128(smem_addr(ks) + k_panel + key_off, kKPanel));
       }
       wg::commit();
       wg::wait<0>();
       wg::fence_operand(dq);
       const int qrow = (warp % 4) * 16 + lane / 4;
-      const int col0 = D == 128 ? wg * 64 : 0;
+      const int col0 = kByCols ? wg * 64 : 0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = i0 + qrow + 8 * r;

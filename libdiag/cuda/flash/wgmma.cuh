@@ -1,5 +1,5 @@
-// Hopper warpgroup MMA (wgmma, sm_90a): shared-memory descriptors, the fences, and the three
-// shapes the forward uses. Accumulators are float[n8 tiles][4] in the same per-thread layout as
+// Hopper warpgroup MMA (wgmma, sm_90a): shared-memory descriptors, the fences, and the shapes
+// the attention kernels use. Accumulators are float[n8 tiles][4] in the same per-thread layout as
 // mma.sync's C fragments (warp w of the warpgroup holds rows 16 w .. 16 w + 15; element e of
 // tile t is row lane / 4 + 8 (e / 2), column 8 t + 2 (lane % 4) + (e % 2)), and a register A
 // operand is mma.sync's A fragment, so c_to_a feeds P-bar straight in (PTX ISA, "Register
@@ -61,22 +61,46 @@ __device__ __forceinline__ void fence_operand(float (&d)[T][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[t][e])::"memory");
 }
 
-// d += A B^T, m64n64k16, A and B in shared memory, both K-major.
+// d += op(A) op(B), m64nNk16, A and B in shared memory; TA (TB) = 0: A (B) K-major, 1: A
+// M-major (B N-major).
+template <int TA, int TB>
 __device__ __forceinline__ void ss_m64n64k16(float (&d)[8][4], std::uint64_t da, std::uint64_t db) {
 #if LPDIAG_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(da), "l"(db));
+      : "l"(da), "l"(db), "n"(TA), "n"(TB));
 #else
   (void)d, (void)da, (void)db;
   __trap();
 #endif
 }
 
-// d += A B, m64n64k16, A in registers (mma.sync's A fragment), B in shared memory N-major.
+template <int TA, int TB>
+__device__ __forceinline__ void ss_m64n128k16(float (&d)[16][4], std::uint64_t da, std::uint64_t db) {
+#if LPDIAG_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(da), "l"(db), "n"(TA), "n"(TB));
+#else
+  (void)d, (void)da, (void)db;
+  __trap();
+#endif
+}
+
+// The shared-memory product for N = 64 or 128.
+template <int N, int TA, int TB>
+__device__ __forceinline__ void ss(float (&d)[N / 8][4], std::uint64_t da, std::uint64_t db) {
+  if constexpr (N == 64) ss_m64n64k16<TA, TB>(d, da, db);
+  else ss_m64n128k16<TA, TB>(d, da, db);
+}
+
+// d += A B, m64nNk16, A in registers (mma.sync's A fragment), B in shared memory N-major.
 __device__ __forceinline__ void rs_m64n64k16_tb(float (&d)[8][4], const std::uint32_t (&a)[4], std::uint64_t db) {
 #if LPDIAG_WGMMA
   asm volatile(
@@ -91,7 +115,6 @@ __device__ __forceinline__ void rs_m64n64k16_tb(float (&d)[8][4], const std::uin
 #endif
 }
 
-// d += A B, m64n128k16, A in registers (mma.sync's A fragment), B in shared memory N-major.
 __device__ __forceinline__ void rs_m64n128k16_tb(float (&d)[16][4], const std::uint32_t (&a)[4], std::uint64_t db) {
 #if LPDIAG_WGMMA
   asm volatile(
@@ -104,43 +127,6 @@ __device__ __forceinline__ void rs_m64n128k16_tb(float (&d)[16][4], const std::u
   (void)d, (void)a, (void)db;
   __trap();
 #endif
-}
-
-// d += A B, m64n64k16, both in shared memory, A M-major and B N-major (trans-a = trans-b = 1).
-__device__ __forceinline__ void ss_m64n64k16_tt(float (&d)[8][4], std::uint64_t da, std::uint64_t db) {
-#if LPDIAG_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(da), "l"(db));
-#else
-  (void)d, (void)da, (void)db;
-  __trap();
-#endif
-}
-
-// d += A B, m64n128k16, both in shared memory, A M-major and B N-major (trans-a = trans-b = 1).
-__device__ __forceinline__ void ss_m64n128k16_tt(float (&d)[16][4], std::uint64_t da, std::uint64_t db) {
-#if LPDIAG_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(da), "l"(db));
-#else
-  (void)d, (void)da, (void)db;
-  __trap();
-#endif
-}
-
-// dQ-style product for a head dim of D = 64 or 128 (A M-major, B N-major, both shared).
-template <int D>
-__device__ __forceinline__ void ss_tt(float (&d)[D / 8][4], std::uint64_t da, std::uint64_t db) {
-  if constexpr (D == 64) ss_m64n64k16_tt(d, da, db);
-  else ss_m64n128k16_tt(d, da, db);
 }
 
 // The same for register A operands: they must stay unchanged until the wait.
