@@ -22,7 +22,7 @@ for s in "$@"; do
   case $s in
     tests)
       # Every gpu-labelled test: the default kernels (wgmma on a 9.0 device), the mma.sync ones,
-      # the wgmma forward at each tile shape, the operand layouts; then the gradient check
+      # the wgmma forward at both block heights, the operand layouts; then the gradient check
       # against SDPA flash with the default kernels and with the mma.sync ones.
       stage "ctest -L gpu"
       (cd $B && timeout 400 ctest -L gpu --output-on-failure >"$OUT/ctest-gpu.log" 2>&1); echo "rc=$?"

@@ -22,10 +22,10 @@ void launch_forward(const FwdParams& p, int B, cudaStream_t stream) {
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int D, bool Causal, int Level, int Rows, int Keys>
+template <int D, bool Causal, int Level, int Rows>
 void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
-  constexpr int smem = fwd_wgmma_smem_bytes<D>(Rows, Keys);
-  auto kernel = flash_fwd_wgmma_kernel<D, Causal, Level, Rows, Keys>;
+  constexpr int smem = fwd_wgmma_smem_bytes<D>(Rows);
+  auto kernel = flash_fwd_wgmma_kernel<D, Causal, Level, Rows>;
   allow_shared_memory(kernel, smem);
   const dim3 grid((p.N + Rows - 1) / Rows, B * p.H);
   kernel<<<grid, 2 * Rows, smem, stream>>>(p);
@@ -34,10 +34,8 @@ void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
 
 template <int D, bool Causal, int Level>
 void launch_forward_wgmma(const FwdParams& p, int B, cudaStream_t stream) {
-  const WgmmaTile tile = wgmma_forward_tile(D);
-  if (tile.rows == 128) launch_forward_wgmma<D, Causal, Level, 128, 64>(p, B, stream);
-  else if (tile.keys == 128) launch_forward_wgmma<D, Causal, Level, 64, 128>(p, B, stream);
-  else launch_forward_wgmma<D, Causal, Level, 64, 64>(p, B, stream);
+  if (wgmma_forward_rows(D) == 64) launch_forward_wgmma<D, Causal, Level, 64>(p, B, stream);
+  else launch_forward_wgmma<D, Causal, Level, 128>(p, B, stream);
 }
 
 template <int D, bool Causal>

@@ -41,20 +41,14 @@ inline bool use_wgmma(const char* var) {
   return true;
 }
 
-// Query rows per block and keys per tile of the wgmma forward: 64 x 64 at d = 64 and 128 x 64 at
-// d = 128 (the fastest on the H200, docs/BENCHMARKS.md), or for benchmarks
-// LPDIAG_FLASH_FWD_TILE = 128x64, 64x64 or 64x128.
-struct WgmmaTile {
-  int rows, keys;
-};
-inline WgmmaTile wgmma_forward_tile(int d) {
-  const char* e = std::getenv("LPDIAG_FLASH_FWD_TILE");
+// Query rows per block of the wgmma forward: 64 at d = 64 and 128 at d = 128 (the faster of the
+// two on the H200, docs/BENCHMARKS.md), or LPDIAG_FLASH_FWD_ROWS = 64 or 128 for benchmarks.
+inline int wgmma_forward_rows(int d) {
+  const char* e = std::getenv("LPDIAG_FLASH_FWD_ROWS");
   const std::string v = e == nullptr ? "" : e;
-  if (v.empty()) return d == 64 ? WgmmaTile{64, 64} : WgmmaTile{128, 64};
-  if (v == "128x64") return {128, 64};
-  if (v == "64x64") return {64, 64};
-  if (v == "64x128") return {64, 128};
-  throw Error("LPDIAG_FLASH_FWD_TILE must be 128x64, 64x64 or 64x128 (query rows x keys), got '" + v + "'");
+  if (v.empty()) return d == 64 ? 64 : 128;
+  if (v == "64" || v == "128") return std::stoi(v);
+  throw Error("LPDIAG_FLASH_FWD_ROWS must be 64 or 128, got '" + v + "'");
 }
 
 }  // namespace lpdiag::cuda::flash

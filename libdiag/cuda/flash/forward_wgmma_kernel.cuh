@@ -1,13 +1,13 @@
 // FlashAttention-2 forward on Hopper's warpgroup MMA (sm_90a), same numerics and counters as
 // forward_kernel.cuh (the shared per-row code is forward_rows.cuh): one block per (Rows query
-// rows, batch x head), Rows / 64 warpgroups of 64 rows, key tiles of Keys double-buffered through
+// rows, batch x head), Rows / 64 warpgroups of 64 rows, key tiles of 64 double-buffered through
 // cp.async. Each warpgroup overlaps tile t's softmax with the previous tile's P-bar V: it issues
 // S_t = Q K_t^T and P-bar_{t-1} V_{t-1}, waits for S_t only, and rescales O once P-bar V is done
 // (the same operations on O in the same order as the plain loop). S = Q K^T reads Q and K
-// from shared memory (no fragment loads, no Q registers); P-bar V takes bf16(P-bar) from registers and V from shared memory. Tiles are stored as
-// 64-column panels with the 128-byte swizzle (wgmma.cuh). Both warpgroups multiply every tile of
-// the block (causal: the lower one's last tile is wasted work); a warp whose rows all lie above
-// the tile adds P-bar = 0.
+// from shared memory (no fragment loads, no Q registers); P-bar V takes bf16(P-bar) from
+// registers and V from shared memory. Tiles are stored as 64-column panels with the 128-byte
+// swizzle (wgmma.cuh). Every warpgroup multiplies every tile of the block (causal: the lower
+// one's last tile is wasted work); a warp whose rows all lie above the tile adds P-bar = 0.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -21,18 +21,19 @@
 namespace lpdiag::cuda::flash {
 
 // Query rows per block: 128 (two warpgroups of 64 sharing each K/V tile) or 64 (one warpgroup
-// per block; blocks on one SM then drift apart, so one's MMAs overlap another's softmax). Keys
-// per tile: 64 or 128 (fewer barriers and loads per key, twice the S registers).
+// per block; blocks on one SM then drift apart, so one's MMAs overlap another's softmax). Key
+// tiles stay at kBlockKeys = 64: the tile-repeat counter is defined on the fa2 policy's 64-key
+// tiles (a 128-key tile counted 70 where the CPU counts 140, session 7 run 6).
 template <int D>
-__host__ __device__ constexpr int fwd_wgmma_smem_bytes(int rows, int keys) {
-  return (rows * D + 4 * keys * D) * 2 + kSmemAlign;
+__host__ __device__ constexpr int fwd_wgmma_smem_bytes(int rows) {
+  return (rows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
 }
 
 // Blocks per SM the registers are sized for (at most 65536 / (threads x blocks) each).
-template <int D, int Level, int Rows, int Keys>
+template <int D, int Level, int Rows>
 __host__ __device__ constexpr int fwd_wgmma_min_blocks() {
   if (Rows == 128) return D == 64 && Level < 2 ? 2 : 1;
-  return D == 64 && Level < 2 && Keys == 64 ? 3 : 2;
+  return D == 64 && Level < 2 ? 3 : 2;
 }
 
 // Copies `Rows` rows of a (N x D) bf16 head into 64-column panels ([D / 64][Rows][64], each
@@ -53,17 +54,17 @@ __device__ __forceinline__ void load_panels(__nv_bfloat16* dst, const __nv_bfloa
   }
 }
 
-template <int D, bool Causal, int Level, int Rows, int Keys>
-__global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows, Keys>())) flash_fwd_wgmma_kernel(FwdParams p) {
+template <int D, bool Causal, int Level, int Rows>
+__global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows>())) flash_fwd_wgmma_kernel(FwdParams p) {
   constexpr int kThreads = 2 * Rows;
-  constexpr int NT = Keys / 8;  // S n-tiles per key tile
+  constexpr int NT = kBlockKeys / 8;  // S n-tiles per key tile
   constexpr int OT = D / 8;           // O n-tiles
   constexpr int KC = D / 16;          // k16 steps of Q K^T
-  constexpr int PK = Keys / 16;  // k16 steps of P-bar V
+  constexpr int PK = kBlockKeys / 16;  // k16 steps of P-bar V
   constexpr std::uint32_t kPanelRow = 128;                // bytes per panel row (64 bf16)
   constexpr std::uint32_t kQPanel = Rows * kPanelRow;  // bytes per Q panel
-  constexpr std::uint32_t kKvPanel = Keys * kPanelRow;
-  constexpr int kStage = Keys * D;  // elements per K (V) stage
+  constexpr std::uint32_t kKvPanel = kBlockKeys * kPanelRow;
+  constexpr int kStage = kBlockKeys * D;  // elements per K (V) stage
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(align_smem(smem_raw));
   __nv_bfloat16* ks = qs + Rows * D;
@@ -82,12 +83,12 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
   blk.init(Level);
 
   const int key_end = Causal ? min(N, m0 + Rows) : N;
-  const int n_tiles = (key_end + Keys - 1) / Keys;
+  const int n_tiles = (key_end + kBlockKeys - 1) / kBlockKeys;
 
   // Loads run one tile ahead: Q and K_0 first; at tile t, K_{t+1} and V_t (V_t is first used
   // at tile t + 1, by the P-bar V that overlaps S_{t+1}'s softmax).
   load_panels<D, Rows, kThreads>(qs, qg, p.q.sn, m0, N);
-  load_panels<D, Keys, kThreads>(ks, kg, p.k.sn, 0, N);
+  load_panels<D, kBlockKeys, kThreads>(ks, kg, p.k.sn, 0, N);
   cp_async_commit();
 
   const int wrow0 = m0 + warp * 16;
@@ -104,9 +105,9 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
   // P-bar = 0): branches on thread-dependent values around in-flight wgmma make ptxas serialize
   // them (C7520). The branches below depend on the tile index only.
   for (int t = 0; t < n_tiles; ++t) {
-    const int j0 = t * Keys;
-    if (t + 1 < n_tiles) load_panels<D, Keys, kThreads>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + Keys, N);
-    load_panels<D, Keys, kThreads>(vs + (t & 1) * kStage, vg, p.v.sn, j0, N);
+    const int j0 = t * kBlockKeys;
+    if (t + 1 < n_tiles) load_panels<D, kBlockKeys, kThreads>(ks + ((t + 1) & 1) * kStage, kg, p.k.sn, j0 + kBlockKeys, N);
+    load_panels<D, kBlockKeys, kThreads>(vs + (t & 1) * kStage, vg, p.v.sn, j0, N);
     cp_async_commit();
     cp_async_wait<1>();       // K_t and V_{t-1} are in
     wg::fence_proxy_async();  // this thread's cp.async data, visible to wgmma after the barrier
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) {
         const std::uint32_t in_panel = (kc % 4) * 32;
-        wg::ss<Keys, 0, 0>(s, wg::desc_sw128(q_wg + (kc / 4) * kQPanel + in_panel, 16),
+        wg::ss<kBlockKeys, 0, 0>(s, wg::desc_sw128(q_wg + (kc / 4) * kQPanel + in_panel, 16),
                          wg::desc_sw128(k_t + (kc / 4) * kKvPanel + in_panel, 16));
       }
       wg::commit();
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
     float corr[2] = {1.f, 1.f};
     const bool softmax = warp_live && (!Causal || j0 <= wrow0);
     if (softmax) {
-      const bool edge = j0 + Keys > N || (Causal && j0 + Keys - 1 > wrow0);
+      const bool edge = j0 + kBlockKeys > N || (Causal && j0 + kBlockKeys - 1 > wrow0);
       rows.softmax_tile<NT, Causal, Level>(s, corr, p, j0, edge, lane, N);
     }
     wg::wait<0>();
