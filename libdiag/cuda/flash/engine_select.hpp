@@ -29,26 +29,38 @@ inline std::string wgmma_unavailable() {
 #endif
 }
 
+enum class EngineChoice { automatic, mma, wgmma };
+
+// The value of the variable `var` (null or empty: not set); throws on anything else.
+inline EngineChoice parse_engine_choice(const char* var, const char* value) {
+  const std::string v = value == nullptr ? "" : value;
+  if (v.empty() || v == "auto") return EngineChoice::automatic;
+  if (v == "mma") return EngineChoice::mma;
+  if (v == "wgmma") return EngineChoice::wgmma;
+  throw Error(std::string(var) + " must be auto, mma or wgmma, got '" + v + "'");
+}
+
 // Whether the direction named by `var` runs on the wgmma kernels.
 inline bool use_wgmma(const char* var) {
-  const char* e = std::getenv(var);
-  const std::string v = e == nullptr ? "" : e;
-  if (v == "mma") return false;
-  if (v.empty() || v == "auto") return wgmma_unavailable().empty();
-  if (v != "wgmma") throw Error(std::string(var) + " must be auto, mma or wgmma, got '" + v + "'");
+  switch (parse_engine_choice(var, std::getenv(var))) {
+    case EngineChoice::mma: return false;
+    case EngineChoice::automatic: return wgmma_unavailable().empty();
+    case EngineChoice::wgmma: break;
+  }
   const std::string why = wgmma_unavailable();
   if (!why.empty()) throw Error(std::string(var) + "=wgmma: " + why + "; or set " + var + "=auto");
   return true;
 }
 
 // Query rows per block of the wgmma forward: 64 at d = 64 and 128 at d = 128 (the faster of the
-// two on the H200, docs/BENCHMARKS.md), or LPDIAG_FLASH_FWD_ROWS = 64 or 128 for benchmarks.
-inline int wgmma_forward_rows(int d) {
-  const char* e = std::getenv("LPDIAG_FLASH_FWD_ROWS");
-  const std::string v = e == nullptr ? "" : e;
+// two on the H200, docs/BENCHMARKS.md), or `value` (LPDIAG_FLASH_FWD_ROWS) = 64 or 128.
+inline int parse_forward_rows(const char* value, int d) {
+  const std::string v = value == nullptr ? "" : value;
   if (v.empty()) return d == 64 ? 64 : 128;
   if (v == "64" || v == "128") return std::stoi(v);
   throw Error("LPDIAG_FLASH_FWD_ROWS must be 64 or 128, got '" + v + "'");
 }
+
+inline int wgmma_forward_rows(int d) { return parse_forward_rows(std::getenv("LPDIAG_FLASH_FWD_ROWS"), d); }
 
 }  // namespace lpdiag::cuda::flash
