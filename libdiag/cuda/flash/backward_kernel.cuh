@@ -11,6 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backward_epilogue.cuh"
 #include "error_sums.cuh"
 #include "forward_kernel.cuh"
 #include "mma.cuh"
@@ -214,18 +215,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
     __syncthreads();
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = key[r];
-    if (j >= N) continue;
-#pragma unroll
-    for (int t = 0; t < OT; ++t) {
-      const int c = t * 8 + 2 * (lane % 4);
-      *reinterpret_cast<std::uint32_t*>(p.dk + (head_off + j) * D + c) =
-          pack_bf16(__fmul_rn(p.scale, dk[t][2 * r]), __fmul_rn(p.scale, dk[t][2 * r + 1]));
-      *reinterpret_cast<std::uint32_t*>(p.dv + (head_off + j) * D + c) = pack_bf16(dv[t][2 * r], dv[t][2 * r + 1]);
-    }
-  }
+  store_key_grads<D>(p, dk, dv, key, head_off, lane, N);
 }
 
 // delta_i = sum_c dO_ic O_ic, in fp32 and in the CPU's order (one thread per row, c ascending).

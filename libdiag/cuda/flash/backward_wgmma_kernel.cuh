@@ -12,6 +12,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backward_epilogue.cuh"
 #include "forward_wgmma_kernel.cuh"
 #include "mma.cuh"
 #include "params.cuh"
@@ -201,18 +202,7 @@ __global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_
     __syncthreads();
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = key[r];
-    if (j >= N) continue;
-#pragma unroll
-    for (int t = 0; t < OT; ++t) {
-      const int c = t * 8 + 2 * (lane % 4);
-      *reinterpret_cast<std::uint32_t*>(p.dk + (head_off + j) * D + c) =
-          pack_bf16(__fmul_rn(p.scale, dk[t][2 * r]), __fmul_rn(p.scale, dk[t][2 * r + 1]));
-      *reinterpret_cast<std::uint32_t*>(p.dv + (head_off + j) * D + c) = pack_bf16(dv[t][2 * r], dv[t][2 * r + 1]);
-    }
-  }
+  store_key_grads<D>(p, dk, dv, key, head_off, lane, N);
 }
 
 }  // namespace lpdiag::cuda::flash

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
       for (int kc = 0; kc < KC; ++kc) {
         const std::uint32_t in_panel = (kc % 4) * 32;
         wg::ss<kBlockKeys, 0, 0>(s, wg::desc_sw128(q_wg + (kc / 4) * kQPanel + in_panel, 16),
-                         wg::desc_sw128(k_t + (kc / 4) * kKvPanel + in_panel, 16));
+                                 wg::desc_sw128(k_t + (kc / 4) * kKvPanel + in_panel, 16));
       }
       wg::commit();
     }
