@@ -70,11 +70,13 @@ for s in "$@"; do
       ncu --import "$OUT/flash.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
     ncusrc)
-      # Where the d = 128 non-causal kernels stall, per SASS instruction (warp-state sampling).
+      # Where the kernels stall, per SASS instruction (warp-state sampling): shape NCU_SHAPE
+      # (bench_attention --only; default 2, d = 128 non-causal) at level NCU_LEVEL (default off;
+      # e.g. NCU_SHAPE=0 NCU_LEVEL=counters for what the counters cost at d = 64).
       for k in fwd bwd; do
-        stage "ncu source $k"
+        stage "ncu source $k (shape ${NCU_SHAPE:-2}, ${NCU_LEVEL:-off})"
         timeout 200 ncu --clock-control none --set full -k regex:"flash_${k}(_wgmma)?_kernel" -c 1 -o "$OUT/src-$k" \
-          $B/bench/bench_attention --only 2 --ours-only --reps 1 >"$OUT/ncusrc-$k.log" 2>&1; echo "rc=$?"
+          $B/bench/bench_attention --only "${NCU_SHAPE:-2}" --level "${NCU_LEVEL:-off}" --ours-only --reps 1 >"$OUT/ncusrc-$k.log" 2>&1; echo "rc=$?"
         ncu --import "$OUT/src-$k.ncu-rep" --page details >"$OUT/src-details-$k.txt" 2>&1
         ncu --import "$OUT/src-$k.ncu-rep" --page source --csv --print-source sass >"$OUT/src-sass-$k.csv" 2>"$OUT/src-sass-$k.err"
         python3 bench/ncu_summary.py "$OUT/src-sass-$k.csv" --top 10 >"$OUT/src-summary-$k.txt" 2>&1; cat "$OUT/src-summary-$k.txt"
