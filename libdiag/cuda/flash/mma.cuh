@@ -141,7 +141,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // e^x as FlashAttention-2 takes it on the GPU: 2^(x log2 e) on the MUFU, two instructions
-// against nine for the accurate expf. Exact where the softmax needs it: e^0 = 1 and e^-inf = 0.
+// against eight for the accurate expf. Exact where the softmax needs it: e^0 = 1 and e^-inf = 0.
 __device__ __forceinline__ float exp_mufu(float x) { return exp2_approx(__fmul_rn(x, kLog2e)); }
 
 // Columns [16 kc, 16 kc + 16) of C tiles (8 columns each), rounded to bf16, as an A fragment:
