@@ -20,6 +20,7 @@
 #include <fstream>
 #include <random>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,7 @@ double median_ms(int reps, const std::function<void()>& f) {
 // Our kernels on (B, H, N, d) bf16 CUDA tensors, buffers allocated once so the timings hold
 // only the kernels; keeps O, lse and the residual for the backward.
 int g_bwd_key_block = 0;  // --bwd-keys: the backward's keys per block (FlashBackwardArgs::key_block)
-std::string g_level;      // --level: time only this instrumentation level of ours (for the profiler)
+std::optional<lc::Instrument> g_level;  // --level: time only this level of ours (for the profiler)
 
 struct Ours {
   Shape s;
@@ -119,7 +120,7 @@ std::vector<Row> time_shape(const Shape& s, int reps, bool ours_only) {
   };
   for (auto [name, level] : {std::pair{"lpdiag off", lc::Instrument::off}, std::pair{"lpdiag counters", lc::Instrument::counters},
                              std::pair{"lpdiag full", lc::Instrument::full}}) {
-    if (!g_level.empty() && lc::parse_instrument(g_level.c_str()) != level) continue;
+    if (g_level && *g_level != level) continue;
     Ours o(s, level, q);
     const double f = median_ms(reps, [&] { o.forward(q, k, v); });
     const double b = median_ms(reps, [&] { o.backward(q, k, v, g); });
@@ -228,17 +229,20 @@ int main(int argc, char** argv) {
     else if (a == "--ours-only") ours_only = true;
     else if (a == "--require-targets") require_targets = true;
     else if (a == "--bwd-keys" && i + 1 < argc) g_bwd_key_block = std::stoi(argv[++i]);  // 64 or 128 (0: default)
-    else if (a == "--level" && i + 1 < argc) g_level = argv[++i];  // off, counters or full
+    else if (a == "--level" && i + 1 < argc) {
+      try {
+        g_level = lc::parse_instrument(argv[++i]);
+      } catch (const lpdiag::Error& e) {
+        std::fprintf(stderr, "bench_attention: --level: %s\n", e.what());
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128] "
                    "[--level off|counters|full] [--require-targets]\n");
       return 2;
     }
-  }
-  if (!g_level.empty() && g_level != "off" && g_level != "counters" && g_level != "full") {
-    std::fprintf(stderr, "bench_attention: --level must be off, counters or full, got '%s'\n", g_level.c_str());
-    return 2;
   }
   std::printf("device: %s, LibTorch %s\n", lc::device_name().c_str(), TORCH_VERSION);
   torch::manual_seed(static_cast<std::uint64_t>(std::random_device{}()));

@@ -32,6 +32,23 @@ __device__ void store_acc(float* d, int n_cols, const float (*acc)[4], int tiles
     }
 }
 
+// The tiles' cp.async copies have landed and are visible to wgmma.
+__device__ void tiles_landed() {
+  fl::cp_async_commit();
+  fl::cp_async_wait<0>();
+  fl::wg::fence_proxy_async();
+  __syncthreads();
+}
+
+// Waits for the committed MMAs and stores the 64 x N accumulator.
+template <int N>
+__device__ void finish(float* d, float (&acc)[N / 8][4]) {
+  fl::wg::commit();
+  fl::wg::wait<0>();
+  fl::wg::fence_operand(acc);
+  store_acc(d, N, acc, N / 8);
+}
+
 // D (64 x N) = A (64 x K) B^T, B (N x K): both K-major panels.
 template <int K, int N>
 __global__ void ss_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
@@ -40,10 +57,7 @@ __global__ void ss_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
   __nv_bfloat16* bs = as + 64 * K;
   fl::load_panels<K, 64, 128>(as, a, K, 0, 64);
   fl::load_panels<K, N, 128>(bs, b, K, 0, N);
-  fl::cp_async_commit();
-  fl::cp_async_wait<0>();
-  fl::wg::fence_proxy_async();
-  __syncthreads();
+  tiles_landed();
   float acc[N / 8][4];
   fl::zero_tiles(acc);
   fl::wg::fence_operand(acc);
@@ -53,10 +67,7 @@ __global__ void ss_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
     fl::wg::ss<N, 0, 0>(acc, fl::wg::desc_sw128(fl::smem_addr(as) + (kc / 4) * 64 * kRow + in, 16),
                         fl::wg::desc_sw128(fl::smem_addr(bs) + (kc / 4) * N * kRow + in, 16));
   }
-  fl::wg::commit();
-  fl::wg::wait<0>();
-  fl::wg::fence_operand(acc);
-  store_acc(d, N, acc, N / 8);
+  finish<N>(d, acc);
 }
 
 // D (64 x N) = A (64 x 64) B (64 x N): A from registers, B N-major panels [N / 64][64][64].
@@ -65,10 +76,7 @@ __global__ void rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
   extern __shared__ __align__(128) unsigned char raw[];
   auto* bs = reinterpret_cast<__nv_bfloat16*>(fl::align_smem(raw));
   fl::load_panels<N, 64, 128>(bs, b, N, 0, 64);
-  fl::cp_async_commit();
-  fl::cp_async_wait<0>();
-  fl::wg::fence_proxy_async();
-  __syncthreads();
+  tiles_landed();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   std::uint32_t frag[4][4];
   auto pair = [&](int r, int c) {
@@ -90,11 +98,8 @@ __global__ void rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float*
   fl::wg::fence_operand(frag);
   fl::wg::fence();
   for (int kc = 0; kc < 4; ++kc) fl::wg::rs_pv<N>(acc, frag[kc], fl::wg::desc_sw128(fl::smem_addr(bs) + kc * 16 * kRow, 64 * kRow));
-  fl::wg::commit();
-  fl::wg::wait<0>();
-  fl::wg::fence_operand(acc);
+  finish<N>(d, acc);
   fl::wg::fence_operand(frag);
-  store_acc(d, N, acc, N / 8);
 }
 
 // D (64 x N) = A (64 x 64) B (64 x N): A given transposed (at = A^T, 64 x 64) and read M-major,
@@ -106,10 +111,7 @@ __global__ void tt_kernel(const __nv_bfloat16* at, const __nv_bfloat16* b, float
   __nv_bfloat16* bs = as + 64 * 64;
   fl::load_panels<64, 64, 128>(as, at, 64, 0, 64);
   fl::load_panels<N, 64, 128>(bs, b, N, 0, 64);
-  fl::cp_async_commit();
-  fl::cp_async_wait<0>();
-  fl::wg::fence_proxy_async();
-  __syncthreads();
+  tiles_landed();
   float acc[N / 8][4];
   fl::zero_tiles(acc);
   fl::wg::fence_operand(acc);
@@ -117,10 +119,7 @@ __global__ void tt_kernel(const __nv_bfloat16* at, const __nv_bfloat16* b, float
   for (int kc = 0; kc < 4; ++kc)
     fl::wg::ss<N, 1, 1>(acc, fl::wg::desc_sw128(fl::smem_addr(as) + kc * 16 * kRow, 16),
                      fl::wg::desc_sw128(fl::smem_addr(bs) + kc * 16 * kRow, 64 * kRow));
-  fl::wg::commit();
-  fl::wg::wait<0>();
-  fl::wg::fence_operand(acc);
-  store_acc(d, N, acc, N / 8);
+  finish<N>(d, acc);
 }
 
 std::vector<__nv_bfloat16> random_ints(std::size_t n, std::mt19937& rng, std::vector<float>& as_float) {

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "backward_epilogue.cuh"
+#include "backward_steps.cuh"
 #include "error_sums.cuh"
 #include "forward_kernel.cuh"
 #include "mma.cuh"
@@ -78,11 +78,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
   auto load_rows = [&](int buf, int i0) {
     load_tile<D, Br, Threads>(qs + buf * Br * D, qg, p.q.sn, i0, N);
     load_tile<D, Br, Threads>(dos + buf * Br * D, dog, p.dout.sn, i0, N);
-    if (threadIdx.x < Br) {
-      const int i = i0 + threadIdx.x;
-      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * kLog2e : 0.f;
-      delta_s[buf * Br + threadIdx.x] = i < N ? delta_g[i] : 0.f;
-    }
+    stage_row_stats<Br>(lse_s + buf * Br, delta_s + buf * Br, lse_g, delta_g, i0, N);
   };
 
   load_tile<D, Bc, Threads>(ks, kg, p.k.sn, j0, N);
@@ -140,21 +136,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
       }
     }
     // P^T and dS^T in place.
-    auto softmax_grad = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < ST; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int il = n * 8 + 2 * (lane % 4) + (e & 1);
-          float pe = exp2_approx(fmaf(s[n][e], scale_log2, -lt[il]));
-          if constexpr (decltype(masked)::value) {
-            const int i = i0 + il, j = key[e / 2];
-            if (!(i < N && j < N && (!Causal || j <= i))) pe = 0.f;
-          }
-          s[n][e] = pe;
-          dp[n][e] = pe * (dp[n][e] - dt[il]);
-        }
-    };
+    const SoftmaxGrad<ST, Causal> softmax_grad{s, dp, lt, dt, scale_log2, lane, i0, key, N};
     if (edge) softmax_grad(std::true_type{});
     else softmax_grad(std::false_type{});
     // bf16(P)^T and bf16(dS)^T as A fragments, straight from the registers of S^T and dP^T.

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "backward_epilogue.cuh"
+#include "backward_steps.cuh"
 #include "forward_wgmma_kernel.cuh"
 #include "mma.cuh"
 #include "params.cuh"
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_
   const std::int64_t head_off = static_cast<std::int64_t>(bh) * N;
   const float* lse_g = p.lse + head_off;
   const float* delta_g = p.delta + head_off;
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float scale_log2 = p.scale * kLog2e;
 
   const int i_begin = Causal ? j0 : 0;
   const int n_tiles = (N - i_begin + Br - 1) / Br;
@@ -67,11 +67,7 @@ __global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_
   auto load_rows = [&](int buf, int i0) {
     load_panels<D, Br, kThreads>(qs + buf * kStage, qg, p.q.sn, i0, N);
     load_panels<D, Br, kThreads>(dos + buf * kStage, dog, p.dout.sn, i0, N);
-    if (threadIdx.x < Br) {
-      const int i = i0 + threadIdx.x;
-      lse_s[buf * Br + threadIdx.x] = i < N ? lse_g[i] * 1.4426950408889634f : 0.f;
-      delta_s[buf * Br + threadIdx.x] = i < N ? delta_g[i] : 0.f;
-    }
+    stage_row_stats<Br>(lse_s + buf * Br, delta_s + buf * Br, lse_g, delta_g, i0, N);
   };
 
   load_panels<D, Bc, kThreads>(ks, kg, p.k.sn, j0, N);
@@ -116,21 +112,7 @@ __global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_
     wg::fence_operand(s);
     wg::fence_operand(dp);
     // P^T and dS^T in place (rows: this thread's keys; columns: queries).
-    auto softmax_grad = [&](auto masked) {
-#pragma unroll
-      for (int n = 0; n < ST; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int il = n * 8 + 2 * (lane % 4) + (e & 1);
-          float pe = exp2_approx(fmaf(s[n][e], scale_log2, -lt[il]));
-          if constexpr (decltype(masked)::value) {
-            const int i = i0 + il, j = key[e / 2];
-            if (!(i < N && j < N && (!Causal || j <= i))) pe = 0.f;
-          }
-          s[n][e] = pe;
-          dp[n][e] = pe * (dp[n][e] - dt[il]);
-        }
-    };
+    const SoftmaxGrad<ST, Causal> softmax_grad{s, dp, lt, dt, scale_log2, lane, i0, key, N};
     if (edge) softmax_grad(std::true_type{});
     else softmax_grad(std::false_type{});
     std::uint32_t pa[PK][4], da[PK][4];

@@ -14,6 +14,7 @@
 #include "forward_rows.cuh"
 #include "mma.cuh"
 #include "params.cuh"
+#include "tile_copy.cuh"
 
 namespace lpdiag::cuda::flash {
 
@@ -23,23 +24,6 @@ constexpr int kFwdWarps = 8;
 template <int D>
 __host__ __device__ constexpr int fwd_smem_bytes() {
   return (kFwdRows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;
-}
-
-// Copies `rows` rows of a (N x D) bf16 head into a swizzled shared tile; rows past n are zeros.
-template <int D, int Rows, int Threads>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t sn, int row0,
-                                          int n) {
-  constexpr int kChunks = Rows * D / 8;
-  static_assert(kChunks % Threads == 0, "tile copy must divide evenly among threads");
-#pragma unroll
-  for (int x = 0; x < kChunks / Threads; ++x) {
-    const int idx = threadIdx.x + x * Threads;
-    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-    const int gr = row0 + r;
-    const bool ok = gr < n;
-    const __nv_bfloat16* g = src + (ok ? gr : 0) * sn + c;
-    cp_async16(smem_addr(dst + swz<D>(r, c)), g, ok ? 16 : 0);
-  }
 }
 
 // Blocks per SM the compiler must leave room for: at d = 64 two blocks of 8 warps fit when the

@@ -16,6 +16,7 @@
 #include "forward_rows.cuh"
 #include "mma.cuh"
 #include "params.cuh"
+#include "tile_copy.cuh"
 #include "wgmma.cuh"
 
 namespace lpdiag::cuda::flash {
@@ -34,24 +35,6 @@ template <int D, int Level, int Rows>
 __host__ __device__ constexpr int fwd_wgmma_min_blocks() {
   if (Rows == 128) return D == 64 && Level < 2 ? 2 : 1;
   return D == 64 && Level < 2 ? 3 : 2;
-}
-
-// Copies `Rows` rows of a (N x D) bf16 head into 64-column panels ([D / 64][Rows][64], each
-// swz<64>, the 128-byte swizzle); rows past n are zeros.
-template <int D, int Rows, int Threads>
-__device__ __forceinline__ void load_panels(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t sn, int row0,
-                                            int n) {
-  constexpr int kChunks = Rows * D / 8;
-  static_assert(kChunks % Threads == 0, "tile copy must divide evenly among threads");
-#pragma unroll
-  for (int x = 0; x < kChunks / Threads; ++x) {
-    const int idx = threadIdx.x + x * Threads;
-    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-    const int gr = row0 + r;
-    const bool ok = gr < n;
-    const __nv_bfloat16* g = src + (ok ? gr : 0) * sn + c;
-    cp_async16(smem_addr(dst + (c / 64) * Rows * 64 + swz<64>(r, c % 64)), g, ok ? 16 : 0);
-  }
 }
 
 template <int D, bool Causal, int Level, int Rows>
@@ -101,6 +84,16 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
   const std::uint32_t q_wg = smem_addr(qs) + wg * 64 * kPanelRow;
   // bf16(P-bar) of the previous tile (and at full its residual), waiting for its P-bar V.
   std::uint32_t a[PK][4], lo[Level > 1 ? PK : 1][4];
+  // acc += bf16(P-bar) V with V at shared address v_t (at full also acc_lo += lo V), V N-major.
+  auto issue_pv = [&](std::uint32_t v_t) {
+#pragma unroll
+    for (int kc = 0; kc < PK; ++kc) {
+      const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
+      wg::rs_pv<D>(acc, a[kc], dv);
+      if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
+    }
+    wg::commit();
+  };
   // Every warpgroup issues every MMA of the block's tiles (a warp above a causal tile adds
   // P-bar = 0): branches on thread-dependent values around in-flight wgmma make ptxas serialize
   // them (C7520). The branches below depend on the tile index only.
@@ -129,15 +122,8 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
       }
       wg::commit();
     }
-    if (t > 0) {  // acc += bf16(P-bar_{t-1}) V_{t-1} (at full also acc_lo += lo V), V N-major
-      const std::uint32_t v_t = smem_addr(vs + ((t - 1) & 1) * kStage);
-#pragma unroll
-      for (int kc = 0; kc < PK; ++kc) {
-        const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
-        wg::rs_pv<D>(acc, a[kc], dv);
-        if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
-      }
-      wg::commit();
+    if (t > 0) {  // P-bar_{t-1} V_{t-1}
+      issue_pv(smem_addr(vs + ((t - 1) & 1) * kStage));
       wg::wait<1>();  // S_t is in; P-bar V may still run
     } else {
       wg::wait<0>();
@@ -182,13 +168,7 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
     wg::fence_operand(a);
     if constexpr (Level > 1) wg::fence_operand(acc_lo), wg::fence_operand(lo);
     wg::fence();
-#pragma unroll
-    for (int kc = 0; kc < PK; ++kc) {
-      const std::uint64_t dv = wg::desc_sw128(v_t + kc * 16 * kPanelRow, kKvPanel);
-      wg::rs_pv<D>(acc, a[kc], dv);
-      if constexpr (Level > 1) wg::rs_pv<D>(acc_lo, lo[kc], dv);
-    }
-    wg::commit();
+    issue_pv(v_t);
     wg::wait<0>();
     wg::fence_operand(acc);
     if constexpr (Level > 1) wg::fence_operand(acc_lo);
