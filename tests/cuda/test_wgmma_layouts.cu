@@ -21,7 +21,7 @@ namespace fl = lpdiag::cuda::flash;
 
 namespace {
 
-constexpr int kRow = 128;  // bytes per panel row
+constexpr int kRow = fl::wg::kPanelRow;
 
 __device__ void store_acc(float* d, int n_cols, const float (*acc)[4], int tiles) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

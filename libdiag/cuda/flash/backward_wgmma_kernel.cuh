@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(2 * Keys, Keys == 64 ? 2 : 1) flash_bwd_wgmma_
   constexpr int KC = D / 16;   // k16 steps over d
   constexpr int OT = D / 8;    // n-tiles over d
   constexpr int PK = Br / 16;  // k16 steps over the tile's queries
-  constexpr std::uint32_t kRow = 128;            // bytes per panel row (64 bf16)
+  constexpr std::uint32_t kRow = wg::kPanelRow;
   constexpr std::uint32_t kKPanel = Bc * kRow;   // bytes per K (V) panel
   constexpr std::uint32_t kQPanel = Br * kRow;   // bytes per Q (dO) panel
   constexpr int kStage = Br * D;                 // elements per Q (dO) stage

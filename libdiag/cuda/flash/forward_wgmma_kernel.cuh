@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(2 * Rows, (fwd_wgmma_min_blocks<D, Level, Rows
   constexpr int OT = D / 8;           // O n-tiles
   constexpr int KC = D / 16;          // k16 steps of Q K^T
   constexpr int PK = kBlockKeys / 16;  // k16 steps of P-bar V
-  constexpr std::uint32_t kPanelRow = 128;                // bytes per panel row (64 bf16)
+  constexpr std::uint32_t kPanelRow = wg::kPanelRow;
   constexpr std::uint32_t kQPanel = Rows * kPanelRow;  // bytes per Q panel
   constexpr std::uint32_t kKvPanel = kBlockKeys * kPanelRow;
   constexpr int kStage = kBlockKeys * D;  // elements per K (V) stage

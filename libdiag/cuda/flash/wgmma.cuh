@@ -16,6 +16,9 @@
 
 namespace lpdiag::cuda::flash::wg {
 
+// Bytes per row of a 64-column bf16 panel: the 128-byte swizzle's row.
+constexpr std::uint32_t kPanelRow = 128;
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LPDIAG_WGMMA 1
 #else
