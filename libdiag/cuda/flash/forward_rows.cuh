@@ -7,6 +7,8 @@
 // max, and elsewhere within a few fp32 ulps of the CPU's std::exp, which can flip bf16(P-bar).
 // The thread's rows and columns are those of an mma.sync C fragment, which wgmma's accumulator
 // shares: element e of n8 tile n is row row[e / 2], key j0 + 8 n + 2 (lane % 4) + (e % 2).
+// The counters cost about 4 instructions per logit on top of the softmax's 7 or so; how each is
+// counted is the form that measured fastest (docs/BENCHMARKS.md, session 8).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -30,14 +32,21 @@ struct FwdBlockCounters {
   }
 };
 
+// c += 1 where a == b: a compare and a predicated add (as C++, ptxas makes it a compare, an add
+// and a select, and the adds one chain).
+__device__ __forceinline__ void count_equal(unsigned int& c, float a, float b) {
+  asm("{\n .reg .pred p;\n setp.eq.f32 p, %1, %2;\n @p add.u32 %0, %0, 1;\n}" : "+r"(c) : "f"(a), "f"(b));
+}
+
 struct FwdRows {
   int row[2];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   // Counter state per row (every lane of the row's quad holds the same values).
   float row_max[2] = {-INFINITY, -INFINITY};
-  int row_count[2] = {0, 0};
+  float row_count[2] = {0.f, 0.f};  // counts in fp32 (exact below 2^24): no conversions
   bool engaged[2] = {false, false};
-  unsigned int tile_rep = 0, pbar_one = 0;
+  unsigned int tile_rep = 0;
+  unsigned int pbar_one[2][2] = {};  // by row and key parity (four short chains); rows >= N masked in finish
 
   __device__ explicit FwdRows(int row0) : row{row0, row0 + 8} {}
 
@@ -66,14 +75,17 @@ struct FwdRows {
     }
     // How often the tile max occurs (the counters) and how many logits lie within the fix's
     // tolerance of it (the fix's trigger): each only where it is used.
-    int tc[2] = {0, 0}, near[2] = {0, 0};
+    float tc[2] = {0.f, 0.f};
+    int near[2] = {0, 0};
     if constexpr (Level > 0) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};  // by element: a 1.0 or 0.0 per compare and an add
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tc[e / 2] += s[n][e] == tm[e / 2];
+        for (int e = 0; e < 4; ++e) c[e] += s[n][e] == tm[e / 2] ? 1.f : 0.f;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        tc[r] = c[2 * r] + c[2 * r + 1];
         tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 1);
         tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 2);
       }
@@ -93,7 +105,7 @@ struct FwdRows {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if constexpr (Level > 0) {
-        tile_rep += (lane % 4 == 0) && tc[r] >= 2 && row[r] < N;
+        tile_rep += (lane % 4 == 0) && tc[r] >= 2.f && row[r] < N;
         if (tm[r] > row_max[r]) row_max[r] = tm[r], row_count[r] = tc[r];
         else if (tm[r] == row_max[r]) row_count[r] += tc[r];
       }
@@ -114,7 +126,7 @@ struct FwdRows {
       for (int e = 0; e < 4; ++e) {
         const float pe = exp_mufu(__fsub_rn(s[n][e], m_new[e / 2]));
         s[n][e] = pe;
-        if constexpr (Level > 0) pbar_one += pe == 1.f && row[e / 2] < N;
+        if constexpr (Level > 0) count_equal(pbar_one[e / 2][e & 1], pe, 1.f);
       }
     // The row sum in this lane's key order; the quad's four partial sums meet at the end.
 #pragma unroll
@@ -167,23 +179,27 @@ struct FwdRows {
         for (int r = 0; r < 2; ++r) {
           if (row[r] >= N) continue;
           rows += 1;
-          rep += row_count[r] >= 2;
-          zrep += row_count[r] >= 2 && row_max[r] == 0.f;
+          rep += row_count[r] >= 2.f;
+          zrep += row_count[r] >= 2.f && row_max[r] == 0.f;
           eng += engaged[r];
           logit_max = fmaxf(logit_max, row_max[r]);
         }
       }
-      unsigned int vals[6] = {rows, rep, tile_rep, zrep, pbar_one, eng};
+      unsigned int pbar = 0;
 #pragma unroll
-      for (int f = 0; f < 6; ++f) {
-#pragma unroll
-        for (int off = 16; off > 0; off /= 2) vals[f] += __shfl_xor_sync(0xffffffffu, vals[f], off);
-      }
-      for (int off = 16; off > 0; off /= 2) logit_max = fmaxf(logit_max, __shfl_xor_sync(0xffffffffu, logit_max, off));
+      for (int r = 0; r < 2; ++r) pbar += row[r] < N ? pbar_one[r][0] + pbar_one[r][1] : 0u;
+      // Warp sums by redux.sync. rows, rep, zrep and eng are at most 2 per lane and 16 per warp:
+      // four 8-bit fields of one sum. The logit max as its order-preserving key (0 below all).
+      const unsigned int small = __reduce_add_sync(0xffffffffu, rows | rep << 8 | zrep << 16 | eng << 24);
+      const unsigned int tiles = __reduce_add_sync(0xffffffffu, tile_rep);
+      const unsigned int ones = __reduce_add_sync(0xffffffffu, pbar);
+      const unsigned int lkey = __reduce_max_sync(0xffffffffu, warp_live && lane % 4 == 0 ? float_key(logit_max) : 0u);
       if (lane == 0) {
+        const unsigned int vals[6] = {small & 0xffu, (small >> 8) & 0xffu, tiles, (small >> 16) & 0xffu, ones, small >> 24};
 #pragma unroll
-        for (int f = 0; f < 6; ++f) atomicAdd(&blk.cnt[f], static_cast<unsigned long long>(vals[f]));
-        if (warp_live) atomicMax(&blk.lmax, float_key(logit_max));
+        for (int f = 0; f < 6; ++f)
+          if (vals[f] != 0) atomicAdd(&blk.cnt[f], static_cast<unsigned long long>(vals[f]));
+        if (warp_live) atomicMax(&blk.lmax, lkey);
       }
     }
     if constexpr (Level > 1) {
