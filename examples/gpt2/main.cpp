@@ -35,7 +35,18 @@ int main(int argc, char** argv) {
   bool no_monitor = false;
   int64_t timed_from = 10, weights_every = 1;
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
-  app.add_option("--attention", cfg.attention, "lpdiag (the op) or sdpa (PyTorch's own, LibTorch >= 2)")->capture_default_str();
+  app.add_option("--attention", cfg.attention,
+                 "lpdiag (the op), sdpa (PyTorch's own in bf16, LibTorch >= 2) or sdpa-fp32 (PyTorch's own in fp32: the counterfactual)")
+      ->capture_default_str();
+  std::string lr_spike;
+  app.add_option("--lr-spike", lr_spike,
+                 "STEP:FACTOR:LEN multiplies the scheduled lr by FACTOR for LEN steps from STEP (a loss spike induced mid-run)");
+  int64_t compression = 0, flush_every = 100;
+  app.add_option("--flush-every", flush_every, "Records between trace flushes")->capture_default_str();
+  app.add_option("--log-every", log_every, "Steps between log lines")->capture_default_str();
+  app.add_option("--compression", compression, "Deflate level of the trace (0..9)")->capture_default_str();
+  int64_t data_seed = -1;
+  app.add_option("--data-seed", data_seed, "Seed of the batch order (default: --seed); counterfactual runs keep it")->capture_default_str();
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
   bool activations = true;
   app.add_flag("!--no-activations", activations, "Do not record the blocks' output statistics");
@@ -54,9 +65,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt2_train: --device cuda but this LibTorch sees no CUDA device; use --device cpu\n");
     return 2;
   }
-  if (cfg.attention != "lpdiag" && cfg.attention != "sdpa") {
-    std::fprintf(stderr, "gpt2_train: --attention must be lpdiag or sdpa\n");
+  if (cfg.attention != "lpdiag" && cfg.attention != "sdpa" && cfg.attention != "sdpa-fp32") {
+    std::fprintf(stderr, "gpt2_train: --attention must be lpdiag, sdpa or sdpa-fp32, got '%s'\n", cfg.attention.c_str());
     return 2;
+  }
+  int64_t spike_step = -1, spike_len = 0;
+  double spike_factor = 1;
+  if (!lr_spike.empty()) {
+    long long a = 0, c = 0;
+    double b = 0;
+    char tail = 0;
+    if (std::sscanf(lr_spike.c_str(), "%lld:%lf:%lld%c", &a, &b, &c, &tail) != 3 || a < 0 || c < 1 || !(b > 0)) {
+      std::fprintf(stderr, "gpt2_train: --lr-spike wants STEP:FACTOR:LEN (e.g. 300:20:10), got '%s'\n", lr_spike.c_str());
+      return 2;
+    }
+    spike_step = a, spike_factor = b, spike_len = c;
   }
   const torch::Device dev(device == "cuda" ? torch::kCUDA : torch::kCPU);
   if (device == "cuda") at::globalContext().setAllowTF32CuBLAS(true);  // the non-attention matmuls in TF32
@@ -70,13 +93,19 @@ int main(int argc, char** argv) {
   const std::string run_config = "{\"model\":\"gpt2\",\"n_layer\":" + std::to_string(cfg.n_layer) + ",\"n_head\":" +
                                  std::to_string(cfg.n_head) + ",\"n_embd\":" + std::to_string(cfg.n_embd) + ",\"block\":" +
                                  std::to_string(cfg.block) + ",\"batch\":" + std::to_string(batch) + ",\"lr\":" + std::to_string(lr) +
-                                 ",\"optimizer\":\"adamw\",\"schedule\":\"warmup+cosine\",\"precision\":\"bf16 attention\",\"policy\":\"" +
+                                 ",\"warmup\":" + std::to_string(warmup) + ",\"steps\":" + std::to_string(steps) + ",\"seed\":" +
+                                 std::to_string(seed) + ",\"data_seed\":" + std::to_string(data_seed < 0 ? seed : data_seed) +
+                                 ",\"lr_spike\":\"" + lr_spike + "\",\"device\":\"" + device + "\",\"attention\":\"" + cfg.attention +
+                                 "\",\"optimizer\":\"adamw\",\"schedule\":\"warmup+cosine\",\"precision\":\"" +
+                                 (cfg.attention == "sdpa-fp32" ? "fp32 attention" : "bf16 attention") + "\",\"policy\":\"" +
                                  cfg.policy + "\",\"fix\":\"" + cfg.fix + "\",\"text\":\"" + corpus.source + "\"}";
   // lpdiag: the Monitor and its role map (fused c_attn -> q, k, v of each layer).
   auto monitor = no_monitor ? c10::intrusive_ptr<lpdiag::hooks::Monitor>()
                             : c10::make_intrusive<lpdiag::hooks::Monitor>(out, cfg.n_layer, cfg.n_head, cfg.n_embd / cfg.n_head, run_config, 0, 1);
   for (int64_t l = 0; monitor && l < cfg.n_layer; ++l) {
     auto& b = model->blocks[static_cast<std::size_t>(l)];
+    if (cfg.attention == "lpdiag") monitor->set_attention_numerics(l, cfg.policy, cfg.fix);
+    else monitor->set_attention_numerics(l, "external:" + cfg.attention, "none");
     monitor->add_fused_qkv("h." + std::to_string(l) + ".attn", l, b->c_attn->weight);
     monitor->add_matrix("h." + std::to_string(l) + ".attn.c_proj", "attn_o", l, 0, b->attn_proj->weight, 0, cfg.n_embd);
     monitor->add_matrix("h." + std::to_string(l) + ".mlp.c_fc", "mlp_in", l, 0, b->c_fc->weight, 0, 4 * cfg.n_embd);
@@ -86,13 +115,14 @@ int main(int argc, char** argv) {
     for (int64_t l = 0; l < cfg.n_layer; ++l) monitor->add_activation("h." + std::to_string(l) + ".out", l);
     model->observe = [&monitor](std::size_t l, const torch::Tensor& x) { monitor->observe_activation("h." + std::to_string(l) + ".out", x); };
   }
+  if (monitor) monitor->set_compression(compression), monitor->set_flush_every(flush_every);
   if (monitor) monitor->set_cadence("weights", weights_every), monitor->set_cadence("updates", weights_every);
   if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
 
   std::printf("text: %s (%zu tokens, vocab %lld); model: %lld layers, %lld heads, width %lld, block %lld\n", corpus.source.c_str(),
               corpus.tokens.size(), (long long)cfg.vocab, (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
               (long long)cfg.block);
-  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(data_seed < 0 ? seed : data_seed));
   // Nothing in a step waits for the device (the loss and the gradient norm stay there), except
   // the log lines every log_every steps, with or without the Monitor.
   auto sync = [&] {
@@ -107,7 +137,8 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
-    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(cur_lr);
+    const double step_lr = step >= spike_step && step < spike_step + spike_len ? cur_lr * spike_factor : cur_lr;
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(step_lr);
     if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();
     auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
     const auto c0 = std::chrono::steady_clock::now();
@@ -121,14 +152,14 @@ int main(int argc, char** argv) {
     opt.step();
     if (step == 0) first_loss = loss.item<double>();
     const auto r0 = std::chrono::steady_clock::now();
-    const bool keep = !monitor || monitor->record(step, loss.detach(), cur_lr, grad_norm);  // lpdiag: one call per step
+    const bool keep = !monitor || monitor->record(step, loss.detach(), step_lr, grad_norm);  // lpdiag: one call per step
     if (step >= timed_from) record_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     if (!keep) {
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);
       break;
     }
     if (step % log_every == 0 || step == steps - 1)
-      std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, loss.item<double>(), cur_lr, grad_norm.item<double>());
+      std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, loss.item<double>(), step_lr, grad_norm.item<double>());
   }
   // The steady state ends with the last step: closing the trace (its final flush) happens once
   // per run and is reported on its own, not spread over the timed steps.

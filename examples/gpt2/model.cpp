@@ -23,11 +23,14 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto qkv = c_attn(ln1(x)).split(C, 2);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, d}).transpose(1, 2).to(torch::kBFloat16); };
   torch::Tensor y;
-  if (cfg.attention == "sdpa") {
+  if (cfg.attention == "sdpa" || cfg.attention == "sdpa-fp32") {
 #if TORCH_VERSION_MAJOR >= 2
-    y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0, true);
+    // sdpa-fp32: the same bf16 inputs, attention computed in fp32 (the counterfactual without
+    // low-precision attention), the output rounded once to bf16 as every other path returns it.
+    auto in = [&](const torch::Tensor& t) { return cfg.attention == "sdpa" ? heads(t) : heads(t).to(torch::kFloat32); };
+    y = at::scaled_dot_product_attention(in(qkv[0]), in(qkv[1]), in(qkv[2]), {}, 0.0, true).to(torch::kBFloat16);
 #else
-    throw std::runtime_error("--attention sdpa needs LibTorch >= 2.0");
+    throw std::runtime_error("--attention " + cfg.attention + " needs LibTorch >= 2.0");
 #endif
   } else {
     y = lpdiag::hooks::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, cfg.policy, cfg.fix, cfg.instrument,

@@ -12,7 +12,8 @@ struct Config {
   int64_t vocab = 256, block = 64, n_layer = 2, n_head = 2, n_embd = 64;
   std::string policy = "fa2", fix = "none", instrument = "counters";
   // "lpdiag": the lpdiag::attention op (the hooks); "sdpa": PyTorch's own scaled_dot_product_attention
-  // (LibTorch >= 2.0), the run without hooks that the overhead benchmark compares against.
+  // (LibTorch >= 2.0) in bf16, the run without hooks that the overhead benchmark compares against;
+  // "sdpa-fp32": PyTorch's SDPA on the bf16 inputs cast to fp32 (the fp32-attention counterfactual).
   std::string attention = "lpdiag";
 };
 

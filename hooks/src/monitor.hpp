@@ -37,11 +37,17 @@ class Monitor : public torch::CustomClassHolder {
   // signal: "weights", "updates", "attention", "activations"; every: record it every N steps.
   void set_cadence(std::string signal, int64_t every);
   void set_flush_every(int64_t records);
+  // Deflate level 0 (none, the default) to 9 for the trace's datasets, applied as chunks are written.
+  void set_compression(int64_t level);
   void set_stop_on_nan(bool stop);
   // On CUDA the weight and update statistics are captured in CUDA graphs once their state is
   // steady (third record) and replayed: two launches per record instead of ~60 per matrix shape.
   // A parameter moved to new storage is noticed and recaptured. Off: launched one by one.
   void set_cuda_graphs(bool on);
+  // What ran in attention layer `layer` (TRACE_FORMAT.md: never a default): policy ("fa2",
+  // "seed", ..., or "external:<backend>" when PyTorch's own attention ran) and fix ("none",
+  // "paper", "safe:offset=0.5", ...). Before the first record.
+  void set_attention_numerics(int64_t layer, std::string policy, std::string fix);
   // Write a capture of layer `layer` at the next step whose rate of repeated-max rows exceeds
   // `rate` (at most `max_captures` captures).
   void set_capture_trigger(double rate, int64_t max_captures);
@@ -90,6 +96,7 @@ class Monitor : public torch::CustomClassHolder {
   std::map<std::string, ActivationNorms> activation_values_;
   std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
   int64_t flush_every_ = 100;
+  int64_t compression_ = 0;
   bool stop_on_nan_ = false;
   bool use_graphs_ = true;
   double capture_rate_ = -1;

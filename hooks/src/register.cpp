@@ -27,8 +27,10 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("observe_activation", &Monitor::observe_activation)
       .def("set_cadence", &Monitor::set_cadence)
       .def("set_flush_every", &Monitor::set_flush_every)
+      .def("set_compression", &Monitor::set_compression)
       .def("set_stop_on_nan", &Monitor::set_stop_on_nan)
       .def("set_cuda_graphs", &Monitor::set_cuda_graphs)
+      .def("set_attention_numerics", &Monitor::set_attention_numerics)
       .def("set_capture_trigger", &Monitor::set_capture_trigger)
       .def("request_capture", &Monitor::request_capture)
       // loss and grad_norm: Python floats, or scalar tensors that may stay on the device.

@@ -135,9 +135,12 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
               "selecting the SWMR file format");
   // A buffered write() that spans pages can be cut between pages by SIGKILL; a metadata block
   // torn that way fails its checksum forever. Keep every metadata block inside one 4 KiB page:
-  // small metadata comes from 4 KiB aggregator blocks, and every allocation is page-aligned.
+  // small metadata comes from 4 KiB aggregator blocks, and every allocation of 4 KiB or more is
+  // page-aligned. Smaller raw-data allocations (a compressed chunk of a few rows) are packed:
+  // aligning each of them to a page made a GPT-2-small trace (~700 datasets, a new chunk each per
+  // flush) 200 KB per record; a torn raw chunk loses only its own rows, never the file.
   h5::checked(H5Pset_meta_block_size(fapl.get(), 4096), h5::Failure::write, path, "metadata block size");
-  h5::checked(H5Pset_alignment(fapl.get(), 1, 4096), h5::Failure::write, path, "page alignment");
+  h5::checked(H5Pset_alignment(fapl.get(), 4096, 4096), h5::Failure::write, path, "page alignment");
   file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), h5::Failure::write, path,
                          "cannot create the trace file (check the directory exists and is writable)");
   const hid_t root = file.get();

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call: build gpt2_train for the H200 and record a group of real GPT-2-small runs
+# (docs/REAL_RUNS.md), four at a time on the one GPU. Each trace comes
+# back deflated under $OUT with its log.
+#   bench/real_runs.sh all
+# Needs corpus/kjv.txt (scripts/make-corpus; carry it).
+set -u
+OUT=${OUT:-out/real}
+mkdir -p "$OUT"
+B=build-real
+TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+echo "== configure $(date +%T)"
+CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 ||
+  { tail -30 "$OUT/configure.log"; exit 1; }
+echo "== build $(date +%T)"
+ninja -C $B gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16
+   --text corpus/kjv.txt --instrument full --compression 6 --flush-every 25 --seed 1 --log-every 50 --weights-every 2"
+run() {  # name, steps, timeout, args...
+  local name=$1 steps=$2 limit=$3; shift 3
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader >/dev/null 2>&1
+  timeout -s TERM "$limit" $G --steps "$steps" "$@" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(grep -E "^trained|error" "$OUT/$name.log" | tail -1)"
+}
+echo "== runs $(date +%T)"
+# Four runs at a time (~20 GB of GPU memory each).
+case ${1:-} in
+  all)
+    run healthy 700 300 --lr 6e-4 --warmup 100 &
+    run stall 300 300 --lr 6e-3 --warmup 20 &
+    run stall-fp32 300 300 --lr 6e-3 --warmup 20 --attention sdpa-fp32 &
+    run stall-fix 300 300 --lr 6e-3 --warmup 20 --fix paper &
+    wait
+    run spike 600 300 --lr 1e-3 --warmup 100 --lr-spike 300:40:8 &
+    run spike-fp32 600 300 --lr 1e-3 --warmup 100 --lr-spike 300:40:8 --attention sdpa-fp32 &
+    run spike-fix 600 300 --lr 1e-3 --warmup 100 --lr-spike 300:40:8 --fix paper &
+    run nan 200 300 --lr 5e-2 --warmup 10 &
+    wait
+    run nan-fp32 200 200 --lr 5e-2 --warmup 10 --attention sdpa-fp32 &
+    run nan-fix 200 200 --lr 5e-2 --warmup 10 --fix paper &
+    wait ;;
+  *) echo "usage: bench/real_runs.sh all"; exit 2 ;;
+esac
+echo "== done $(date +%T)"
+ls -l "$OUT"
+for f in "$OUT"/*.log; do echo "--- $f"; grep -E "^step +(0|[0-9]*00) |^trained|steady|error|what|not finite" "$f" | tail -14; done
+nvidia-smi --query-gpu=name,memory.used --format=csv >"$OUT/gpu.log" 2>&1
+# At most 8 files of 16 MiB come back: the traces as 15 MB pieces of one tar (cat traces.tar.* | tar x).
+(cd "$OUT" && tar czf logs.tar.gz *.log && rm -f *.log && tar cf - *.h5 | split -b 15M - traces.tar. && rm -f *.h5)
+ls -l "$OUT"
