@@ -97,7 +97,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
 
   // Buffers reused across blocks; counts are read as stored (int64), sums as doubles.
   std::vector<std::int64_t> steps, rows, rep, oc, dc;
-  std::vector<double> loss, os, oss, ds, dss, sig, hs, conc, sim;
+  std::vector<double> loss, os, oss, ds, dss, sig, hs, conc, sim, lm;
   std::vector<std::size_t> bin;
   std::int64_t max_heads = 0;
   for (const Att& a : atts) max_heads = std::max(max_heads, a.heads);
@@ -119,7 +119,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
         StepBin& sb = bt.steps[bin[i]];
         // NaN is the trace's "not measured"; an infinite loss is an explosion.
         if (std::isfinite(loss[i])) sb.loss_sum += loss[i], sb.loss_n += 1;
-        else if (std::isinf(loss[i])) sb.loss_nonfinite += 1;
+        else if (std::isinf(loss[i])) sb.loss_nonfinite += 1, sb.first_nonfinite_step = std::min(sb.first_nonfinite_step, steps[i]);
       }
     }
     for (const Att& a : atts) {
@@ -130,6 +130,8 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       r.read_series(g + "o_err_sumsq", r0, m, oss);
       r.read_counts(g + "delta_err_count", r0, m, dc), r.read_series(g + "delta_err_sum", r0, m, ds);
       r.read_series(g + "delta_err_sumsq", r0, m, dss);
+      const bool logits = r.has_series(g + "logit_max");
+      if (logits) r.read_series(g + "logit_max", r0, m, lm);
       // Rows of one bin are consecutive: sum them per head in `acc` (contiguous, where the
       // bins of one time step are a bin-count apart) and add each run's sums once.
       for (std::int64_t i = 0; i < m;) {
@@ -142,6 +144,8 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
             if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
             if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
             if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
+            // logit_max is a max of |S|-sized scores: negative or NaN is unmeasured, +Inf kept.
+            if (logits && lm[x] >= 0) b.logit_max = std::max(b.logit_max, lm[x]);
           }
         for (std::int64_t h = 0; h < a.heads; ++h) {
           HeadBin& b = bt.head_bins[(a.slot * H + static_cast<std::size_t>(h)) * K + k];
@@ -149,6 +153,8 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
           b.rows += s.rows, b.repeated += s.repeated;
           b.o_count += s.o_count, b.o_sum += s.o_sum, b.o_sumsq += s.o_sumsq;
           b.d_count += s.d_count, b.d_sum += s.d_sum, b.d_sumsq += s.d_sumsq;
+          b.logit_max = std::max(b.logit_max, s.logit_max);
+          if (s.logit_max >= 0) bt.has_logits = true;
         }
       }
     }
@@ -199,6 +205,7 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
     a.first_step = std::min(a.first_step, b.first_step);
     a.last_step = std::max(a.last_step, b.last_step);
     a.loss_sum += b.loss_sum, a.loss_n += b.loss_n, a.loss_nonfinite += b.loss_nonfinite;
+    a.first_nonfinite_step = std::min(a.first_nonfinite_step, b.first_nonfinite_step);
   }
   for (std::size_t k = 0; k < into.head_bins.size(); ++k) {
     HeadBin& a = into.head_bins[k];
@@ -207,6 +214,7 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
     a.o_count += b.o_count, a.o_sum += b.o_sum, a.o_sumsq += b.o_sumsq;
     a.d_count += b.d_count, a.d_sum += b.d_sum, a.d_sumsq += b.d_sumsq;
     a.sigma_sum += b.sigma_sum, a.sigma_n += b.sigma_n;
+    a.logit_max = std::max(a.logit_max, b.logit_max);
   }
   for (std::size_t k = 0; k < into.layer_bins.size(); ++k) {
     LayerBin& a = into.layer_bins[k];
@@ -217,6 +225,28 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
   }
   into.has_head_sigma = into.has_head_sigma || part.has_head_sigma;
   into.has_updates = into.has_updates || part.has_updates;
+  into.has_logits = into.has_logits || part.has_logits;
+}
+
+// nan_inf events (few, read whole) mark non-finite values the rows cannot show: a NaN loss is
+// "not measured" in the rows, and the event says it was computed. The first one, from the rows
+// or an event, is the run's non-finite onset.
+void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& bt) {
+  const auto K = static_cast<std::size_t>(bt.bins);
+  std::int64_t first = INT64_MAX;
+  std::string what;
+  for (std::size_t k = 0; k < K; ++k)
+    if (bt.steps[k].first_nonfinite_step < first) first = bt.steps[k].first_nonfinite_step, what = "an infinite loss";
+  for (const auto& r : readers)
+    for (const TraceEvent& e : r.events()) {
+      if (e.kind != "nan_inf") continue;
+      const double x = double(e.step - bt.first_step) / bt.bin_width;
+      StepBin& sb = bt.steps[std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)))];
+      sb.loss_nonfinite += 1;
+      sb.first_nonfinite_step = std::min(sb.first_nonfinite_step, e.step);
+      if (e.step < first) first = e.step, what = "a nan_inf event (" + e.message + ")";
+    }
+  if (first != INT64_MAX) bt.first_nonfinite_step = first, bt.nonfinite_evidence = what;
 }
 
 }  // namespace detail
@@ -236,13 +266,17 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
   if (workers == 0) workers = bt.records >= kForkRows ? kDefaultWorkers : 1;
   workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers), ranges.size()));
   for (const auto& r : readers) r.hint_sparse_reads();
-  if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) return bt;
+  if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) {
+    detail::add_nonfinite_events(readers, bt);
+    return bt;
+  }
 
   std::int64_t done = 0;
   detail::bin_ranges(readers, ranges, 0, ranges.size(), bt, [&](std::int64_t n) {
     done += n;
     if (progress && bt.records > 0) progress(double(done) / double(bt.records));
   });
+  detail::add_nonfinite_events(readers, bt);
   return bt;
 }
 

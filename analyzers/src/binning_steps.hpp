@@ -30,6 +30,8 @@ void bin_ranges(const std::vector<TraceReader>& readers, const std::vector<RowRa
 
 // Adds `part` (binned with the same plan) into `into`.
 void merge_bins(BinnedTrace& into, const BinnedTrace& part);
+// Counts the files' nan_inf events into their bins and sets the run's first non-finite step.
+void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& bt);
 
 // Bins every range in `workers` child processes (HDF5 is built without thread safety, so the
 // parallel readers are processes that inherit `readers`), then merges their results in worker

@@ -1,6 +1,7 @@
-// C1 trigger: the repeated-max row rate of one (layer, head) rises above its own baseline.
+// C1 trigger: the repeated-max row rate of one (layer, head) steps up against its own trend.
 #include <fmt/core.h>
 
+#include "change_point.hpp"
 #include "lpdiag/analyzers/links.hpp"
 #include "series_tools.hpp"
 
@@ -10,26 +11,33 @@ LinkResult analyze_trigger(const BinnedTrace& t) {
   LinkResult best;
   best.id = "C1";
   best.name = "trigger (repeated maxima)";
-  const int K = t.bins, base_end = std::max(3, K / 5), window = std::max(3, K / 25);
+  const int K = t.bins, smooth = std::max(1, K / 100), min_post = std::max(3, K / 25);
   double best_effect = 0;
   std::string seen = "no attention counters in the trace";
   for (std::size_t l = 0; l < t.layers.size(); ++l)
     for (std::int64_t h = 0; h < t.heads; ++h) {
       const auto r = repeated_rate(t, l, h);
-      const auto base_v = tools::finite_values(r, 0, base_end);
-      if (base_v.size() < 3) continue;
-      const double base = tools::median(base_v), sd = tools::robust_sd(base_v);
-      const double margin = std::max(6 * sd, 0.005);
-      const double thr = base + margin;
-      seen = "no (layer, head) whose repeated-max rate rose above baseline + max(6 sd, 0.5 pct points)";
-      const int onset = tools::sustained_onset(r, 0, window, 0.8, [&](double x) { return x > thr; });
-      if (onset < 0) continue;
-      const double effect = tools::mean_of(r, onset, K) - base;
-      if (effect <= best_effect) continue;
-      best_effect = effect;
-      tools::set_found(best, t, onset, t.layers[l], h, effect, 1.0 - margin / effect, r);
-      best.evidence = fmt::format("repeated-max row rate of layer {} head {} rose from a baseline of {:.4f} to {:.4f} (mean after onset)",
-                                  t.layers[l], h, base, base + effect);
+      if (tools::finite_values(r, 0, K).size() < 6) continue;
+      seen = "no (layer, head) whose repeated-max rate stepped up by max(6 noise s.d., 0.5 pct points) over its trend";
+      const auto rs = cp::running_median(r, smooth);
+      const cp::Fit f = cp::fit_ramp(rs, 2, min_post, false, +1);
+      if (!f.ok) continue;
+      const double noise = cp::diff_noise_sd(r);
+      const double margin = std::max(6 * noise, 0.005);
+      const double d = cp::step_effect(f);
+      if (!(d > margin) || d <= best_effect) continue;
+      // Sustained: most bins from tau on stay above the trend by half the step.
+      int seen_n = 0, up = 0;
+      for (int b = f.tau + std::max(0, f.width); b < K; ++b)
+        if (std::isfinite(rs[b])) ++seen_n, up += rs[b] - f.a - f.s * b > d / 2;
+      if (seen_n == 0 || up < 0.7 * seen_n) continue;
+      const int onset = cp::walk_back_onset(rs, f, std::max(3 * noise / std::sqrt(2.0 * smooth + 1), d / 10), +1);
+      const double base = f.a + f.s * onset;
+      best_effect = d;
+      tools::set_found(best, t, onset, t.layers[l], h, d, 1.0 - margin / d, r);
+      best.evidence = fmt::format("repeated-max row rate of layer {} head {} stepped up from {:.4f} to {:.4f} at step {} "
+                                  "(step {:.4f} over its trend, noise s.d. {:.2g})",
+                                  t.layers[l], h, std::max(0.0, base), base + d, best.onset_step, d, noise);
     }
   if (!best.present) best.evidence = seen;
   return best;

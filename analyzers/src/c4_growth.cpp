@@ -1,64 +1,118 @@
-// C4 spectral growth: sigma_1 of a W_Q head slice grows and keeps growing; the onset is the
-// change point of a hinge fit (flat, then linear in log sigma) around the threshold crossing.
+// C4 spectral growth: sigma_1 of one W_Q head slice grows beyond the growth of the others.
+//
+// Every W_Q grows in healthy training, and a too-high learning rate grows them all at once. The
+// link is the growth that singles out a head: log sigma_1 of each head minus the median over
+// all heads (the background), fitted by a drift line plus a hinge. The head must end well above
+// its pre-onset level and stand out among all heads' rises (a robust outlier).
 #include <fmt/core.h>
 
+#include "change_point.hpp"
 #include "lpdiag/analyzers/links.hpp"
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
 namespace {
 
-int hinge_change_point(const std::vector<double>& y, double level, int lo, int hi) {
-  int best = hi;
-  double best_sse = INFINITY;
-  for (int c = lo; c <= hi; ++c) {
-    double num = 0, den = 0;
-    for (int b = c; b < static_cast<int>(y.size()); ++b)
-      if (std::isfinite(y[b])) num += (y[b] - level) * (b - c), den += double(b - c) * (b - c);
-    const double slope = den > 0 ? num / den : 0;
-    double sse = 0;
-    for (int b = lo; b < static_cast<int>(y.size()); ++b) {
-      if (!std::isfinite(y[b])) continue;
-      const double fit = b < c ? level : level + slope * (b - c);
-      sse += (y[b] - fit) * (y[b] - fit);
-    }
-    if (sse < best_sse) best_sse = sse, best = c;
-  }
-  return best;
-}
+struct Series {
+  std::size_t layer;
+  std::int64_t head;  // -1: the whole W_Q
+  std::vector<double> y;  // log sigma_1
+};
 
-}  // namespace
-
-LinkResult analyze_growth(const BinnedTrace& t) {
-  LinkResult best;
-  best.id = "C4";
-  best.name = "spectral growth of W_Q";
-  const int K = t.bins, base_end = std::max(3, K / 5), window = std::max(3, K / 25);
-  double best_growth = 0;
+std::vector<Series> log_sigmas(const BinnedTrace& t) {
+  std::vector<Series> out;
   const std::int64_t heads = t.has_head_sigma ? t.heads : 1;
   for (std::size_t l = 0; l < t.layers.size(); ++l)
     for (std::int64_t h = 0; h < heads; ++h) {
       const auto sigma = head_sigma(t, l, t.has_head_sigma ? h : -1);
       std::vector<double> y(sigma.size(), tools::nan());
       for (std::size_t b = 0; b < y.size(); ++b)
-        if (sigma[b] > 0) y[b] = std::log(sigma[b]);
-      const auto base_v = tools::finite_values(y, 0, base_end);
-      const auto tail_v = tools::finite_values(y, K - std::max(2, K / 10), K);
-      if (base_v.size() < 3 || tail_v.empty()) continue;
-      const double y0 = tools::median(base_v), sd = std::max(tools::robust_sd(base_v), 1e-6);
-      const double growth = tools::median(tail_v) - y0;
-      if (!(growth >= std::log(1.3) && growth > 6 * sd)) continue;
-      const double thr = y0 + std::max(4 * sd, std::log(1.05));
-      const int cross = tools::sustained_onset(y, 0, window, 0.9, [&](double x) { return x > thr; });
-      if (cross < 0) continue;
-      if (growth <= best_growth) continue;
-      best_growth = growth;
-      const int onset = hinge_change_point(y, y0, std::max(0, cross - K / 5), cross);
-      tools::set_found(best, t, onset, t.layers[l], t.has_head_sigma ? h : -1, std::exp(growth), 1.0 - std::log(1.3) / growth, sigma);
-      best.evidence = fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from a baseline of {:.3g}", t.layers[l],
-                                  t.has_head_sigma ? fmt::format(" head {}", h) : std::string(), std::exp(growth), std::exp(y0));
+        if (sigma[b] > 0 && std::isfinite(sigma[b])) y[b] = std::log(sigma[b]);
+      if (tools::finite_values(y, 0, t.bins).size() >= 6) out.push_back({l, t.has_head_sigma ? h : -1, std::move(y)});
     }
-  if (!best.present) best.evidence = "no W_Q (head slice) whose sigma_1 grew >= 1.3x above its baseline and kept growing";
+  return out;
+}
+
+// Median over series at each bin (NaN where none has data).
+std::vector<double> background(const std::vector<Series>& all, int K) {
+  std::vector<double> bg(static_cast<std::size_t>(K), tools::nan());
+  std::vector<double> v;
+  for (int b = 0; b < K; ++b) {
+    v.clear();
+    for (const auto& s : all)
+      if (std::isfinite(s.y[b])) v.push_back(s.y[b]);
+    if (!v.empty()) bg[b] = tools::median(v);
+  }
+  return bg;
+}
+
+// End (last tenth) over start (first fiftieth: events start early in real runs).
+double rise_of(const std::vector<double>& e, int K) {
+  const int n_end = std::max(2, K / 10), n_start = std::max(2, K / 50);
+  return tools::median(tools::finite_values(e, K - n_end, K)) - tools::median(tools::finite_values(e, 0, n_start));
+}
+
+}  // namespace
+
+double global_growth(const BinnedTrace& t) {
+  const auto all = log_sigmas(t);
+  if (all.empty()) return tools::nan();
+  return std::exp(rise_of(background(all, t.bins), t.bins));
+}
+
+LinkResult analyze_growth(const BinnedTrace& t) {
+  LinkResult best;
+  best.id = "C4";
+  best.name = "spectral growth of W_Q";
+  const int K = t.bins, smooth = std::max(1, K / 100), min_post = std::max(3, K / 25);
+  const auto all = log_sigmas(t);
+  if (all.empty()) {
+    best.evidence = "the trace holds no sigma_1 of attn_q matrices";
+    return best;
+  }
+  // With fewer than three series there is no background to remove.
+  const bool corrected = all.size() >= 3;
+  const auto bg = corrected ? background(all, K) : std::vector<double>(static_cast<std::size_t>(K), 0.0);
+  std::vector<std::vector<double>> excess;
+  std::vector<double> rises;
+  for (const auto& s : all) {
+    std::vector<double> e(s.y.size(), tools::nan());
+    for (int b = 0; b < K; ++b)
+      if (std::isfinite(s.y[b]) && std::isfinite(bg[b])) e[b] = s.y[b] - bg[b];
+    rises.push_back(rise_of(cp::running_median(e, smooth), K));
+    excess.push_back(std::move(e));
+  }
+  const auto finite_rises = tools::finite_values(rises, 0, static_cast<int>(rises.size()));
+  const double rise_med = corrected ? tools::median(finite_rises) : 0.0;
+  const double rise_sd = corrected ? std::max(tools::robust_sd(finite_rises), 0.05) : 0.0;
+  const double g_all = std::exp(rise_of(bg, K));
+  double best_growth = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto es = cp::running_median(excess[i], smooth);
+    const cp::Fit f = cp::fit_ramp(es, 2, min_post, !corrected, +1);
+    if (!f.ok || !(f.change > 0)) continue;
+    const double noise = cp::diff_noise_sd(excess[i]);
+    const int n_end = std::max(2, K / 10);
+    const double pre = tools::median(tools::finite_values(es, std::max(0, f.tau - n_end), std::max(1, f.tau)));
+    const double growth = tools::median(tools::finite_values(es, K - n_end, K)) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
+    if (!(growth >= std::log(1.3) && growth > 6 * noise)) continue;
+    if (corrected && !(rises[i] - rise_med > 6 * rise_sd)) continue;  // not singled out among the heads
+    if (growth <= best_growth) continue;
+    best_growth = growth;
+    const int onset = cp::walk_back_onset(es, f, std::max(3 * noise / std::sqrt(2.0 * smooth + 1), std::max(std::log(1.02), growth / 25)), +1);
+    const Series& s = all[i];
+    std::vector<double> sigma(s.y.size(), tools::nan());
+    for (std::size_t b = 0; b < sigma.size(); ++b)
+      if (std::isfinite(s.y[b])) sigma[b] = std::exp(s.y[b]);
+    tools::set_found(best, t, onset, t.layers[s.layer], s.head, std::exp(growth), 1.0 - std::log(1.3) / growth, sigma);
+    best.evidence = fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x beyond the median head{} from step {}", t.layers[s.layer],
+                                s.head >= 0 ? fmt::format(" head {}", s.head) : std::string(), std::exp(growth),
+                                corrected ? fmt::format(" (which grew {:.2f}x)", g_all) : std::string(), best.onset_step);
+  }
+  if (!best.present)
+    best.evidence = corrected ? "no W_Q head whose sigma_1 grew >= 1.3x beyond the others and stood out" +
+                                    (std::isfinite(g_all) ? fmt::format("; the median head grew {:.2f}x over the run", g_all) : std::string())
+                              : "no W_Q whose sigma_1 grew >= 1.3x and kept growing";
   return best;
 }
 

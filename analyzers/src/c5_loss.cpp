@@ -14,8 +14,19 @@ LinkResult analyze_loss(const BinnedTrace& t) {
   const auto x = loss_series(t);
   r.series = x;
   const int K = t.bins, W = std::max(5, K / 20);
-  for (int b = W; b < K; ++b) {
+  // From the fourth bin on: a spike early in the run is judged against what precedes it.
+  for (int b = 0; b < K; ++b) {
     if (std::isnan(x[b])) continue;
+    if (std::isinf(x[b])) {
+      r.present = true;
+      r.onset_bin = b;
+      r.onset_step = t.steps[static_cast<std::size_t>(b)].first_nonfinite_step != INT64_MAX ? t.steps[static_cast<std::size_t>(b)].first_nonfinite_step
+                                                                                           : t.bin_step(b);
+      r.effect = INFINITY;
+      r.confidence = 1.0;
+      r.evidence = fmt::format("loss became non-finite at step {}", r.onset_step);
+      return r;
+    }
     const auto prev = tools::finite_values(x, b - W, b);
     if (prev.size() < 3) continue;
     const double med = tools::median(prev);

@@ -31,48 +31,109 @@ LagCorrelation lagged_correlation(const std::vector<double>& x, const std::vecto
   return best;
 }
 
+// The bins up to and including the one where values first turned non-finite: after it the
+// model computes on NaN, and its counters (every row "repeated", say) are no evidence.
+BinnedTrace before_nonfinite(const BinnedTrace& t) {
+  if (t.first_nonfinite_step < 0) return t;
+  const double x = double(t.first_nonfinite_step - t.first_step) / t.bin_width;
+  const int keep = std::min(t.bins, static_cast<int>(std::max(0.0, x)) + 1);
+  if (keep >= t.bins) return t;
+  BinnedTrace u = t;
+  u.bins = keep;
+  u.steps.resize(static_cast<std::size_t>(keep));
+  const auto K = static_cast<std::size_t>(t.bins), k = static_cast<std::size_t>(keep);
+  u.head_bins.clear();
+  for (std::size_t s = 0; s < t.layers.size() * static_cast<std::size_t>(t.heads); ++s)
+    u.head_bins.insert(u.head_bins.end(), t.head_bins.begin() + static_cast<long>(s * K), t.head_bins.begin() + static_cast<long>(s * K + k));
+  u.layer_bins.clear();
+  for (std::size_t s = 0; s < t.layers.size(); ++s)
+    u.layer_bins.insert(u.layer_bins.end(), t.layer_bins.begin() + static_cast<long>(s * K), t.layer_bins.begin() + static_cast<long>(s * K + k));
+  return u;
+}
+
 }  // namespace
 
-ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z) {
+ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   ChainResult c;
+  const BinnedTrace t = before_nonfinite(full);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
+  c.run = judge_run(full, c.links[4]);
+  const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3];
+  LinkResult& c5 = c.links[4];
+  // The chain ends in the run's failure, whatever its kind: a stall with exploding logits ends it
+  // as well as a loss spike does.
+  if (!c5.present && !c.run.healthy) {
+    c5.present = true;
+    c5.onset_bin = c.run.failure.onset_bin;
+    c5.onset_step = c.run.failure.onset_step;
+    c5.confidence = 1.0;
+    c5.evidence = "no loss spike, but the run failed: " + c.run.failure.kind + ": " + c.run.failure.evidence;
+  }
   for (const auto& l : c.links)
     if (!l.present) c.missing_links.push_back(l.id);
-  const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3], &c5 = c.links[4];
 
+  if (c.run.healthy) c.findings.push_back("run verdict: healthy (no loss explosion or stall, no attention-logit explosion, all values finite)");
+  else
+    c.findings.push_back(fmt::format("run verdict: FAILED, {} from step {}: {}", c.run.failure.kind, c.run.failure.onset_step,
+                                     c.run.failure.evidence));
+  if (t.bins < full.bins)
+    c.findings.push_back(fmt::format("the links are read up to step {}, where values turned non-finite; later records describe a broken model",
+                                     full.first_nonfinite_step));
   for (const auto& l : c.links)
     if (l.present) c.findings.push_back(fmt::format("{} {} from step {}: {}", l.id, l.name, l.onset_step, l.evidence));
     else c.findings.push_back(fmt::format("{} {} not found: {}", l.id, l.name, l.evidence));
 
+  const double g_all = global_growth(t);
+  if (!c4.present && std::isfinite(g_all) && g_all >= 2.0)
+    c.findings.push_back(fmt::format("sigma_1 of W_Q grew in all heads alike (median head {:.1f}x): growth that is not localized, as a "
+                                     "too-high learning rate makes it, is not the rounding path",
+                                     g_all));
+  // Onsets within a twentieth of the run (at least one bin) are together: that is the accuracy
+  // an onset is found to on ramps of any shape (docs/ANALYZERS.md), so no order can be read.
+  const int tol = std::max(1, t.bins / 20);
+  if (c1.present && c2.present && c4.present) {
+    const int lo = std::min({c1.onset_bin, c2.onset_bin, c4.onset_bin}), hi = std::max({c1.onset_bin, c2.onset_bin, c4.onset_bin});
+    if (hi - lo <= tol) {
+      c.simultaneous = true;
+      c.findings.push_back(fmt::format("trigger, bias and growth start together (steps {}, {}, {}): this trace cannot tell which came first",
+                                       c1.onset_step, c2.onset_step, c4.onset_step));
+    }
+  }
+  const std::string decide =
+      "the run that decides: the same config, seed and data order with fp32 attention (gpt2_train --attention sdpa-fp32) or with the "
+      "fix (--fix safe), then `lpdiag analyze RUN.h5 --reference REF.h5`";
+  auto no_chain = [&](const std::string& why) {
+    c.findings.push_back("no causal chain: " + why);
+    if (!c.run.healthy) {
+      c.decide = decide;
+      c.findings.push_back("whether attention numerics caused this failure is open; " + decide);
+    }
+    return c;
+  };
+
   if (!c.missing_links.empty()) {
     std::string m;
     for (const auto& id : c.missing_links) m += (m.empty() ? "" : ", ") + id;
-    if (c5.present && !c2.present)
-      c.findings.push_back("the loss explosion is not explained by biased attention rounding: no biased delta error was recorded");
+    if (!c.run.healthy && !c2.present)
+      c.findings.push_back("the failure is not explained by biased attention rounding: no biased delta error was recorded");
     else if (c4.present && !c1.present)
       c.findings.push_back("W_Q's spectral norm grew without the repeated-maxima trigger");
-    else if (c2.present && !c4.present)
+    else if (c2.present && !c4.present && c.run.healthy)
       c.findings.push_back("biased rounding is present but has not (yet) grown W_Q's spectral norm: an early warning");
-    c.findings.push_back("no causal chain: missing " + m);
-    return c;
+    return no_chain("missing " + m);
   }
 
-  // Ordered onsets (one bin of slack: onsets inside one bin are simultaneous).
+  // Ordered onsets (slack `tol`: onsets that close are simultaneous).
   const std::array<const LinkResult*, 5> ls = {&c1, &c2, &c3, &c4, &c5};
   for (int i = 0; i + 1 < 5; ++i)
-    if (ls[i]->onset_bin > ls[i + 1]->onset_bin + 1) {
-      c.findings.push_back(fmt::format("no causal chain: {} starts at step {}, after {} at step {}", ls[i]->id,
-                                       ls[i]->onset_step, ls[i + 1]->id, ls[i + 1]->onset_step));
-      return c;
-    }
+    if (ls[i]->onset_bin > ls[i + 1]->onset_bin + tol)
+      return no_chain(fmt::format("{} starts at step {}, after {} at step {}", ls[i]->id, ls[i]->onset_step, ls[i + 1]->id,
+                                  ls[i + 1]->onset_step));
   // One localization.
   if (!(c1.layer_index == c2.layer_index && c2.layer_index == c3.layer_index && c3.layer_index == c4.layer_index) ||
-      !(c1.head == c2.head && (c4.head < 0 || c4.head == c2.head))) {
-    c.findings.push_back(fmt::format(
-        "no causal chain: the links are not localized together (C1 layer {} head {}, C2 layer {} head {}, C3 layer {}, C4 layer {} head {})",
-        c1.layer_index, c1.head, c2.layer_index, c2.head, c3.layer_index, c4.layer_index, c4.head));
-    return c;
-  }
+      !(c1.head == c2.head && (c4.head < 0 || c4.head == c2.head)))
+    return no_chain(fmt::format("the links are not localized together (C1 layer {} head {}, C2 layer {} head {}, C3 layer {}, C4 layer {} head {})",
+                                c1.layer_index, c1.head, c2.layer_index, c2.head, c3.layer_index, c4.layer_index, c4.head));
   // Bias drives growth: delta error mean (signed so the bias is positive) against the growth
   // rate of log sigma_1, lagged.
   const std::size_t slot = t.layer_slot(c2.layer_index);
@@ -85,11 +146,8 @@ ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z) {
     if (b > 0 && sig[b] > 0 && sig[b - 1] > 0) y[b] = std::log(sig[b]) - std::log(sig[b - 1]);
   }
   c.correlation = lagged_correlation(x, y, std::max(1, t.bins / 20));
-  if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-3)) {
-    c.findings.push_back(fmt::format("no causal chain: the bias does not track the growth rate (lagged r {:.2f}, p {:.2g})",
-                                     c.correlation.r, c.correlation.p));
-    return c;
-  }
+  if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-3))
+    return no_chain(fmt::format("the bias does not track the growth rate (lagged r {:.2f}, p {:.2g})", c.correlation.r, c.correlation.p));
   c.found = true;
   c.layer_index = c2.layer_index;
   c.head = c2.head;
@@ -98,6 +156,9 @@ ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z) {
   c.confidence = conf * (1.0 - c.correlation.p);
   c.findings.push_back(fmt::format("causal chain at layer {} head {}: bias leads growth by {} bins (r {:.2f}, p {:.2g})",
                                    c.layer_index, c.head, c.correlation.lag_bins, c.correlation.r, c.correlation.p));
+  if (c.simultaneous)
+    c.findings.push_back("the order of trigger, bias and growth is not resolved in this trace; " + decide);
+  c.findings.push_back("order and correlation suggest, they do not prove: a counterfactual run decides (" + decide + ")");
   return c;
 }
 

@@ -31,7 +31,7 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free, "progress counters
 // The head of one worker's slot in the shared mapping; its bins follow.
 struct SlotHeader {
   std::atomic<std::int64_t> rows_done{0};
-  std::uint8_t has_head_sigma = 0, has_updates = 0;
+  std::uint8_t has_head_sigma = 0, has_updates = 0, has_logits = 0;
   char message[1024] = {};
 };
 
@@ -65,7 +65,7 @@ std::size_t slot_bytes(const BinnedTrace& bt) {
 
 void save_bins(const BinnedTrace& part, char* slot) {
   auto* head = reinterpret_cast<SlotHeader*>(slot);
-  head->has_head_sigma = part.has_head_sigma, head->has_updates = part.has_updates;
+  head->has_head_sigma = part.has_head_sigma, head->has_updates = part.has_updates, head->has_logits = part.has_logits;
   char* p = slot + sizeof(SlotHeader);
   std::memcpy(p, part.steps.data(), bytes_of(part.steps)), p += bytes_of(part.steps);
   std::memcpy(p, part.head_bins.data(), bytes_of(part.head_bins)), p += bytes_of(part.head_bins);
@@ -74,7 +74,7 @@ void save_bins(const BinnedTrace& part, char* slot) {
 
 void load_bins(const char* slot, BinnedTrace& part) {
   const auto* head = reinterpret_cast<const SlotHeader*>(slot);
-  part.has_head_sigma = head->has_head_sigma, part.has_updates = head->has_updates;
+  part.has_head_sigma = head->has_head_sigma, part.has_updates = head->has_updates, part.has_logits = head->has_logits;
   const char* p = slot + sizeof(SlotHeader);
   std::memcpy(part.steps.data(), p, bytes_of(part.steps)), p += bytes_of(part.steps);
   std::memcpy(part.head_bins.data(), p, bytes_of(part.head_bins)), p += bytes_of(part.head_bins);

@@ -30,8 +30,11 @@ dom=$(timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic
   --virtual-time-budget=5000 --dump-dom "file://$work/checked.html" 2>/dev/null)
 line=$(grep -o 'render-check[^<]*' <<<"$dom" || true)
 echo "$line"
-[[ "$line" =~ plots=6\ drawn=6\ empty=0\ onsets=([0-9]+)\ ticks=5 ]] || { echo "FAIL: plots did not render"; exit 1; }
-(( BASH_REMATCH[1] >= 25 )) || { echo "FAIL: onset markers missing"; exit 1; }
+[[ "$line" =~ plots=([0-9]+)\ drawn=([0-9]+)\ empty=0\ onsets=([0-9]+)\ ticks=5 ]] || { echo "FAIL: plots did not render"; exit 1; }
+plots=${BASH_REMATCH[1]} drawn=${BASH_REMATCH[2]} onsets=${BASH_REMATCH[3]}
+# loss, max logit, sigma_1 per head, repeated-max rates, z, driver D, updates
+(( plots >= 7 && drawn == plots )) || { echo "FAIL: $drawn of $plots plots drawn (7 expected)"; exit 1; }
+(( onsets >= 25 )) || { echo "FAIL: onset markers missing"; exit 1; }
 timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
   --disable-component-update --disable-sync --user-data-dir="$work/profile" --window-size=960,2400 \
   --screenshot="$work/report.png" "file://$work/report.html" >/dev/null 2>&1 || true

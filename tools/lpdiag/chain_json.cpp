@@ -35,7 +35,31 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
                       {"p", num(c.correlation.p)}};
   j["missing_links"] = c.missing_links;
   j["findings"] = c.findings;
+  j["run"] = verdict_to_json(c.run);
+  j["simultaneous_onsets"] = c.simultaneous;
+  j["decide_with"] = c.decide.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.decide);
   return j;
+}
+
+nlohmann::json verdict_to_json(const analysis::RunVerdict& v) {
+  auto sign = [](const analysis::FailureSign& s) {
+    return nlohmann::json{{"kind", s.kind}, {"onset_step", s.onset_step}, {"evidence", s.evidence}};
+  };
+  nlohmann::json signs = nlohmann::json::array();
+  for (const auto& s : v.signs) signs.push_back(sign(s));
+  return {{"healthy", v.healthy},
+          {"failure", v.healthy ? nlohmann::json(nullptr) : sign(v.failure)},
+          {"signs", signs},
+          {"final_loss", num(v.final_loss)},
+          {"max_logit", v.max_logit >= 0 ? num(v.max_logit) : nlohmann::json(nullptr)}};
+}
+
+nlohmann::json reference_to_json(const analysis::ReferenceComparison& r) {
+  return {{"path", r.path},
+          {"failed", r.failed},
+          {"attributable_to_attention_numerics", r.attributable ? nlohmann::json(*r.attributable) : nlohmann::json(nullptr)},
+          {"evidence", r.evidence},
+          {"config_differences", r.config_differences}};
 }
 
 }  // namespace lpdiag::cli

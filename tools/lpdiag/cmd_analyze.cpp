@@ -1,29 +1,31 @@
-// `lpdiag analyze TRACE… [--json]`: the causal chain, or which link is missing. Several files
-// are the rank files of one run.
+// `lpdiag analyze TRACE… [--reference REF…] [--json]`: the run verdict, the causal chain or
+// which link is missing, and, against a counterfactual reference run, whether the failure is
+// attributable to the attention numerics. Several files are the rank files of one run.
 #include <fmt/core.h>
 
 #include <iostream>
 
 #include "chain_json.hpp"
-#include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/command.hpp"
-#include "lpdiag/trace/preflight.hpp"
 #include "progress.hpp"
+#include "run_analysis.hpp"
 
 namespace lpdiag::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::vector<std::string> paths;
+  std::vector<std::string> paths, reference;
   bool json = false;
   int bins = 512;
   double bias_z = 4.0;
   int workers = 0;
 };
 
-void print_chain(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
+void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
   std::cout << fmt::format("{} ({} file{}, {} records, steps {}..{})\n", t.files.front(), t.files.size(),
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
+  if (c.run.healthy) std::cout << "RUN HEALTHY\n";
+  else std::cout << fmt::format("RUN FAILED: {} from step {}\n  {}\n", c.run.failure.kind, c.run.failure.onset_step, c.run.failure.evidence);
   if (c.found)
     std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f})\n", c.layer_index, c.head, c.confidence);
   else
@@ -41,12 +43,32 @@ void print_chain(const analysis::BinnedTrace& t, const analysis::ChainResult& c)
 }
 
 int run_analyze(const AnalyzeArgs& a) {
-  for (const auto& p : a.paths) preflight_trace(p);
   ProgressBar bar("reading");
-  const analysis::BinnedTrace t = analysis::bin_traces(a.paths, a.bins, [&](double f) { bar(f); }, a.workers);
-  const analysis::ChainResult c = analysis::reconstruct_chain(t, a.bias_z);
-  if (a.json) std::cout << chain_to_json(t, c).dump(2) << "\n";
-  else print_chain(t, c);
+  const AnalyzedRun run = analyze_run(a.paths, a.bins, a.bias_z, a.workers, [&](double f) { bar(f); });
+  std::optional<AnalyzedRun> ref;
+  std::optional<analysis::ReferenceComparison> cmp;
+  if (!a.reference.empty()) {
+    ProgressBar rbar("reading the reference");
+    ref = analyze_run(a.reference, a.bins, a.bias_z, a.workers, [&](double f) { rbar(f); });
+    cmp = compare_runs(run, a.reference.front(), *ref);
+  }
+  if (a.json) {
+    nlohmann::json j = chain_to_json(run.t, run.c);
+    if (cmp) {
+      j["reference"] = reference_to_json(*cmp);
+      j["reference"]["run"] = verdict_to_json(ref->c.run);
+    }
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  print_run(run.t, run.c);
+  if (cmp) {
+    const char* verdict = !cmp->attributable ? "UNDECIDED" : *cmp->attributable ? "YES" : "NO";
+    std::cout << fmt::format("reference {}: {}\nattributable to the attention numerics: {}\n  {}\n", cmp->path,
+                             ref->c.run.healthy ? "healthy" : "failed: " + ref->c.run.failure.kind + " from step " +
+                                                                  std::to_string(ref->c.run.failure.onset_step),
+                             verdict, cmp->evidence);
+  }
   return kOk;
 }
 
@@ -54,8 +76,14 @@ int run_analyze(const AnalyzeArgs& a) {
 
 Registration register_analyze(CLI::App& app) {
   auto args = std::make_shared<AnalyzeArgs>();
-  CLI::App* sub = app.add_subcommand("analyze", "Rebuild the causal chain (trigger -> bias -> aligned updates -> spectral growth -> loss explosion)");
+  CLI::App* sub = app.add_subcommand(
+      "analyze", "Judge the run (healthy or failed, how, when) and rebuild the causal chain (trigger -> bias -> aligned updates -> "
+                 "spectral growth -> failure)");
   sub->add_option("traces", args->paths, "Trace files (several = the rank files of one run)")->required();
+  sub->add_option("--reference", args->reference,
+                  "Counterfactual run of the same config and seed with other attention numerics (fp32 attention, PyTorch's own, the "
+                  "fix): says whether the failure is attributable to the attention numerics")
+      ->expected(1, 64);
   sub->add_flag("--json", args->json, "Print one JSON object on stdout");
   sub->add_option("--bins", args->bins, "Time resolution: number of bins the run is reduced to")->capture_default_str()->check(CLI::Range(8, 100000));
   sub->add_option("--bias-z", args->bias_z, "|z| a delta-error mean must reach to count as biased rounding")->capture_default_str();

@@ -1,5 +1,5 @@
 // `lpdiag check TRACE… [--max-bias-z Z] [--max-repeated-rate R] [--junit FILE]`: the CI gate.
-// Exit 0 clean, 1 biased rounding or a chain, 2 unusable input. One `file:step: message` line
+// Exit 0 clean, 1 a failed run, biased rounding or a chain, 2 unusable input. One `file:step: message` line
 // per finding.
 #include <fmt/core.h>
 
@@ -7,6 +7,7 @@
 
 #include "junit.hpp"
 #include "lpdiag/analyzers/chain.hpp"
+#include "run_analysis.hpp"
 #include "lpdiag/command.hpp"
 #include "lpdiag/trace/preflight.hpp"
 
@@ -25,9 +26,12 @@ int run_check(const CheckArgs& a) {
   int findings = 0;
   for (const auto& p : a.paths) preflight_trace(p);
   for (const auto& p : a.paths) {
-    const analysis::BinnedTrace t = analysis::bin_traces({p}, 512);
-    const analysis::ChainResult c = analysis::reconstruct_chain(t, a.max_bias_z);
+    const AnalyzedRun run = analyze_run({p}, 512, a.max_bias_z, 0);
+    const analysis::BinnedTrace& t = run.t;
+    const analysis::ChainResult& c = run.c;
     std::vector<std::string> lines;
+    if (!c.run.healthy)
+      lines.push_back(fmt::format("{}:{}: run failed: {}: {}", p, c.run.failure.onset_step, c.run.failure.kind, c.run.failure.evidence));
     if (c.found)
       lines.push_back(fmt::format("{}:{}: causal chain at layer {} head {} (confidence {:.2f})", p, c.links[0].onset_step,
                                   c.layer_index, c.head, c.confidence));
@@ -59,7 +63,7 @@ int run_check(const CheckArgs& a) {
 
 Registration register_check(CLI::App& app) {
   auto args = std::make_shared<CheckArgs>();
-  CLI::App* sub = app.add_subcommand("check", "CI gate: exit 1 when a trace shows biased rounding or a causal chain");
+  CLI::App* sub = app.add_subcommand("check", "CI gate: exit 1 when a run failed or a trace shows biased rounding or a causal chain");
   sub->add_option("traces", args->paths, "Trace files (each checked on its own)")->required();
   sub->add_option("--max-bias-z", args->max_bias_z, "|z| of the delta-error mean above which rounding counts as biased")->capture_default_str();
   sub->add_option("--max-repeated-rate", args->max_repeated_rate, "Also flag a repeated-max row rate above this (0..1)");

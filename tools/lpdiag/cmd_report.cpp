@@ -1,11 +1,14 @@
-// `lpdiag report TRACE… -o report.html`: one self-contained HTML file (inline SVG, no network)
-// with the evidence of every link and the chain timeline.
+// `lpdiag report TRACE… [--reference REF…] -o report.html`: one self-contained HTML file (inline
+// SVG, no network): the run verdict first, the evidence of every link, the chain timeline, and
+// with a reference run its loss and max logit overlaid.
 #include <fmt/core.h>
 
 #include <cmath>
 #include <fstream>
 
+#include "chain_json.hpp"
 #include "lpdiag/analyzers/chain.hpp"
+#include "run_analysis.hpp"
 #include "lpdiag/command.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/preflight.hpp"
@@ -16,17 +19,34 @@ namespace lpdiag::cli {
 namespace {
 
 struct ReportArgs {
-  std::vector<std::string> paths;
+  std::vector<std::string> paths, reference;
   std::string out = "report.html";
 };
 
 const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
+// `y` of another run's bins at the steps `x` (nearest bin by step); NaN outside its range.
+std::vector<double> resample(const analysis::BinnedTrace& from, const std::vector<double>& y, const std::vector<double>& x) {
+  std::vector<double> out(x.size(), NAN);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (x[i] < double(from.first_step) || x[i] > double(from.last_step)) continue;
+    const int b = std::min(from.bins - 1, std::max(0, static_cast<int>((x[i] - double(from.first_step)) / from.bin_width)));
+    out[i] = y[static_cast<std::size_t>(b)];
+  }
+  return out;
+}
+
 int run_report(const ReportArgs& a) {
-  for (const auto& p : a.paths) preflight_trace(p);
   ProgressBar bar("reading");
-  const analysis::BinnedTrace t = analysis::bin_traces(a.paths, 512, [&](double f) { bar(f); });
-  const analysis::ChainResult c = analysis::reconstruct_chain(t);
+  const AnalyzedRun run = analyze_run(a.paths, 512, 4.0, 0, [&](double f) { bar(f); });
+  const analysis::BinnedTrace& t = run.t;
+  const analysis::ChainResult& c = run.c;
+  std::optional<AnalyzedRun> ref;
+  std::optional<analysis::ReferenceComparison> cmp;
+  if (!a.reference.empty()) {
+    ref = analyze_run(a.reference, 512, 4.0, 0);
+    cmp = compare_runs(run, a.reference.front(), *ref);
+  }
   if (t.layers.empty()) throw InputError(a.paths.front() + ": the trace has no attention layers to report on");
 
   // The flagged place: the chain's, else the strongest localized link's, else layer 0 head 0.
@@ -47,7 +67,16 @@ int run_report(const ReportArgs& a) {
     if (l.present) marks.push_back({l.onset_step, l.id});
 
   std::vector<Plot> plots;
-  plots.push_back({"Loss", "loss", x, {{"loss", analysis::loss_series(t), kColors[0]}}, marks});
+  {
+    Plot p{"Loss", "loss", x, {{"loss", analysis::loss_series(t), kColors[0]}}, marks};
+    if (ref) p.series.push_back({"reference loss", resample(ref->t, analysis::loss_series(ref->t), x), kColors[1]});
+    plots.push_back(p);
+  }
+  if (c.run.max_logit >= 0 || (ref && ref->c.run.max_logit >= 0)) {
+    Plot p{"Max attention logit (all layers and heads)", "logit", x, {{"max logit", c.run.logit_series, kColors[3]}}, marks, true};
+    if (ref) p.series.push_back({"reference max logit", resample(ref->t, ref->c.run.logit_series, x), kColors[1]});
+    plots.push_back(p);
+  }
   {
     Plot p{fmt::format("σ₁(W_Q) per head, layer {}", layer), "σ₁", x, {}, marks, true};
     for (std::int64_t h = 0; h < t.heads; ++h)
@@ -83,12 +112,20 @@ int run_report(const ReportArgs& a) {
 
   std::string html = "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>lpdiag report</title><style>"
                      "body{font-family:sans-serif;margin:24px;max-width:920px}td,th{padding:2px 8px;text-align:left;font-size:13px}"
-                     ".found{color:#c00}.none{color:#070}.timeline{position:relative;height:46px;border:1px solid #999;margin:8px 0}"
+                     ".found{color:#c00}.none{color:#070}.open{color:#555}.timeline{position:relative;height:46px;border:1px solid #999;margin:8px 0}"
                      ".tick{position:absolute;top:0;height:46px;border-left:2px solid #c00;font-size:11px;padding-left:3px}</style></head><body>";
   html += "<h1>lpdiag report</h1><p>" + html_escape(fmt::format("{} ({} file(s), {} records, steps {}..{})", t.files.front(), t.files.size(),
                                                                t.records, t.first_step, t.last_step)) + "</p>";
-  html += c.found ? fmt::format("<h2 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h2>", c.layer_index, c.head, c.confidence)
-                  : "<h2 class=\"none\">No causal chain</h2>";
+  // The headline is the run verdict: a failed run is never shown green.
+  html += c.run.healthy ? std::string("<h2 class=\"none\">Run healthy</h2>")
+                        : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
+                                      c.run.failure.onset_step, html_escape(c.run.failure.evidence));
+  html += c.found ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h3>", c.layer_index, c.head, c.confidence)
+                  : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
+                                              : "<h3 class=\"open\">No causal chain established for this failure</h3>");
+  if (cmp)
+    html += fmt::format("<p><b>Reference</b> {}: attributable to the attention numerics: <b>{}</b>. {}</p>", html_escape(cmp->path),
+                        !cmp->attributable ? "undecided" : *cmp->attributable ? "yes" : "no", html_escape(cmp->evidence));
   html += "<table><tr><th>link</th><th>onset step</th><th>confidence</th><th>evidence</th></tr>";
   for (const auto& l : c.links)
     html += fmt::format("<tr><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>", l.id, html_escape(l.name),
@@ -121,6 +158,7 @@ Registration register_report(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("report", "Write a self-contained HTML report with SVG plots of every link");
   sub->add_option("traces", args->paths, "Trace files (several = the rank files of one run)")->required();
   sub->add_option("-o,--output", args->out, "Output HTML file")->capture_default_str();
+  sub->add_option("--reference", args->reference, "Counterfactual run to compare with and overlay")->expected(1, 64);
   return {sub, [args] { return run_report(*args); }};
 }
 

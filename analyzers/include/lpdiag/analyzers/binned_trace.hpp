@@ -16,6 +16,7 @@ struct HeadBin {
   double o_count = 0, o_sum = 0, o_sumsq = 0;
   double d_count = 0, d_sum = 0, d_sumsq = 0;
   double sigma_sum = 0, sigma_n = 0;  // head slice of W_Q: sigma_1
+  double logit_max = -1;              // max of S over the bin's records (-1: none measured)
 };
 
 struct LayerBin {
@@ -26,7 +27,11 @@ struct LayerBin {
 
 struct StepBin {
   std::int64_t first_step = 0, last_step = -1;  // steps seen in the bin; last < first: empty
-  double loss_sum = 0, loss_n = 0, loss_nonfinite = 0;
+  double loss_sum = 0, loss_n = 0;
+  // Records whose loss is +-Inf, or that a nan_inf event marks (a NaN loss is the trace's
+  // "not measured" unless an event says the value was computed and not finite).
+  double loss_nonfinite = 0;
+  std::int64_t first_nonfinite_step = INT64_MAX;
 };
 
 struct BinnedTrace {
@@ -39,7 +44,9 @@ struct BinnedTrace {
   std::vector<StepBin> steps;                // [bins]
   std::vector<HeadBin> head_bins;            // [layer][head][bin]
   std::vector<LayerBin> layer_bins;          // [layer][bin]
-  bool has_head_sigma = false, has_updates = false;
+  bool has_head_sigma = false, has_updates = false, has_logits = false;
+  std::int64_t first_nonfinite_step = -1;  // first non-finite loss or nan_inf event; -1: none
+  std::string nonfinite_evidence;          // what the first one was
 
   std::size_t layer_slot(std::int64_t layer_index) const;  // position in `layers`
   const HeadBin& at(std::size_t layer, std::int64_t head, int bin) const {

@@ -8,6 +8,7 @@
 
 #include "lpdiag/analyzers/binned_trace.hpp"
 #include "lpdiag/analyzers/links.hpp"
+#include "lpdiag/analyzers/run_verdict.hpp"
 
 namespace lpdiag::analysis {
 
@@ -26,6 +27,9 @@ struct ChainResult {
   LagCorrelation correlation;
   std::vector<std::string> missing_links;  // ids of absent links
   std::vector<std::string> findings;       // sentences for people
+  RunVerdict run;                          // failed or healthy, independent of the chain
+  bool simultaneous = false;               // trigger, bias and growth start together (no order)
+  std::string decide;                      // the counterfactual run that would decide, if any
 };
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);

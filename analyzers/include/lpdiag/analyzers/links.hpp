@@ -32,6 +32,8 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0);
 LinkResult analyze_updates(const BinnedTrace& t);
 // C4: sustained growth of sigma_1 of a W_Q head slice, with its change point.
 LinkResult analyze_growth(const BinnedTrace& t);
+// Growth factor of the median W_Q head's sigma_1 over the run (the background C4 removes).
+double global_growth(const BinnedTrace& t);
 // C5: loss spike (robust z over a rolling median) or a non-finite loss.
 LinkResult analyze_loss(const BinnedTrace& t);
 

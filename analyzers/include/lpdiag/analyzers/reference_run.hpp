@@ -1,0 +1,24 @@
+// A run against its counterfactual: the same config, seed and data order with other attention
+// numerics (fp32 attention, PyTorch's own, the fix). Order and correlation in one trace suggest
+// causation; this comparison is what decides it (DESIGN.md, "The causal chain").
+#pragma once
+#include <optional>
+#include <string>
+
+#include "lpdiag/analyzers/chain.hpp"
+
+namespace lpdiag::analysis {
+
+struct ReferenceComparison {
+  std::string path;
+  bool failed = false;                    // REF's own verdict
+  std::optional<bool> attributable;       // true / false / undecided (null)
+  std::string evidence;
+  std::vector<std::string> config_differences;  // run_config keys that differ, beyond the numerics
+};
+
+// `run_config` / `ref_config`: the traces' run_config JSON (may be empty or not JSON).
+ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
+                                           const std::string& run_config, const std::string& ref_config);
+
+}  // namespace lpdiag::analysis

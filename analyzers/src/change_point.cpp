@@ -1,0 +1,188 @@
+#include "change_point.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "series_tools.hpp"
+
+namespace lpdiag::analysis::cp {
+namespace {
+
+// Least squares of x on the columns (1, b, g(b)) over the finite bins; g = nullptr: (1, b) only.
+// Returns the SSE and the coefficients.
+// drift = false: the columns (1, g(b)) only (coef[1] = 0).
+template <class G>
+double lsq3(const std::vector<double>& x, G g, bool with_g, double coef[3], bool drift = true) {
+  if (!drift) {
+    double m[2][2] = {}, r[2] = {};
+    int n = 0;
+    for (int b = 0; b < static_cast<int>(x.size()); ++b) {
+      if (!std::isfinite(x[b])) continue;
+      const double v[2] = {1.0, with_g ? g(b) : 0.0};
+      for (int i = 0; i < 2; ++i) {
+        r[i] += v[i] * x[b];
+        for (int j = 0; j < 2; ++j) m[i][j] += v[i] * v[j];
+      }
+      ++n;
+    }
+    coef[0] = coef[1] = coef[2] = 0;
+    if (n < 1) return INFINITY;
+    if (!with_g) coef[0] = r[0] / m[0][0];
+    else {
+      const double det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
+      if (std::fabs(det) < 1e-12) return INFINITY;
+      coef[0] = (r[0] * m[1][1] - m[0][1] * r[1]) / det;
+      coef[2] = (m[0][0] * r[1] - m[1][0] * r[0]) / det;
+    }
+    double sse = 0;
+    for (int b = 0; b < static_cast<int>(x.size()); ++b) {
+      if (!std::isfinite(x[b])) continue;
+      const double e = x[b] - coef[0] - (with_g ? coef[2] * g(b) : 0.0);
+      sse += e * e;
+    }
+    return sse;
+  }
+  double m[3][3] = {}, r[3] = {};
+  int n = 0;
+  for (int b = 0; b < static_cast<int>(x.size()); ++b) {
+    if (!std::isfinite(x[b])) continue;
+    const double v[3] = {1.0, double(b), with_g ? g(b) : 0.0};
+    for (int i = 0; i < 3; ++i) {
+      r[i] += v[i] * x[b];
+      for (int j = 0; j < 3; ++j) m[i][j] += v[i] * v[j];
+    }
+    ++n;
+  }
+  coef[0] = coef[1] = coef[2] = 0;
+  const int k = with_g ? 3 : 2;
+  if (n < k) return INFINITY;
+  // Gaussian elimination with partial pivoting on the k x k system (tiny, well scaled enough).
+  double a[3][4];
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < k; ++j) a[i][j] = m[i][j];
+    a[i][k] = r[i];
+  }
+  for (int c = 0; c < k; ++c) {
+    int p = c;
+    for (int i = c + 1; i < k; ++i)
+      if (std::fabs(a[i][c]) > std::fabs(a[p][c])) p = i;
+    if (std::fabs(a[p][c]) < 1e-12) return INFINITY;
+    for (int j = 0; j <= k; ++j) std::swap(a[c][j], a[p][j]);
+    for (int i = 0; i < k; ++i) {
+      if (i == c) continue;
+      const double f = a[i][c] / a[c][c];
+      for (int j = c; j <= k; ++j) a[i][j] -= f * a[c][j];
+    }
+  }
+  for (int i = 0; i < k; ++i) coef[i] = a[i][k] / a[i][i];
+  double sse = 0;
+  for (int b = 0; b < static_cast<int>(x.size()); ++b) {
+    if (!std::isfinite(x[b])) continue;
+    const double e = x[b] - coef[0] - coef[1] * b - (with_g ? coef[2] * g(b) : 0.0);
+    sse += e * e;
+  }
+  return sse;
+}
+
+// tau on a coarse grid, then every bin around the best.
+template <class Basis>
+Fit best_fit(const std::vector<double>& x, int min_pre, int min_post, Basis basis, bool drift = true, double sign = 0) {
+  Fit best;
+  const int K = static_cast<int>(x.size());
+  std::vector<int> before(static_cast<std::size_t>(K) + 1, 0);  // finite bins in [0, b)
+  for (int b = 0; b < K; ++b) before[b + 1] = before[b] + (std::isfinite(x[b]) ? 1 : 0);
+  best.n = before[K];
+  double c0[3];
+  best.sse_null = lsq3(x, [](int) { return 0.0; }, false, c0, drift);
+  best.sse = INFINITY;
+  auto at = [&](int tau) {
+    if (tau < 1 || tau >= K || before[tau] < min_pre || best.n - before[tau] < min_post) return;
+    double c[3];
+    const double sse = lsq3(x, [&](int b) { return basis(b, tau); }, true, c, drift);
+    if (sign != 0 && !(c[2] * sign > 0)) return;  // a change in the other direction is no rise
+    if (sse < best.sse) {
+      best.ok = true, best.tau = tau, best.a = c[0], best.s = c[1], best.change = c[2], best.sse = sse;
+    }
+  };
+  const int stride = std::max(1, K / 128);
+  for (int tau = 1; tau < K; tau += stride) at(tau);
+  if (best.ok && stride > 1) {
+    const int c = best.tau;
+    for (int tau = c - stride; tau <= c + stride; ++tau) at(tau);
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<double> running_median(const std::vector<double>& x, int w) {
+  const int K = static_cast<int>(x.size());
+  std::vector<double> out(x.size(), tools::nan());
+  for (int b = 0; b < K; ++b) {
+    if (!std::isfinite(x[b])) continue;
+    out[b] = tools::median(tools::finite_values(x, b - w, b + w + 1));
+  }
+  return out;
+}
+
+double diff_noise_sd(const std::vector<double>& x) {
+  std::vector<double> d;
+  double prev = tools::nan();
+  for (double v : x) {
+    if (!std::isfinite(v)) continue;
+    if (std::isfinite(prev)) d.push_back(v - prev);
+    prev = v;
+  }
+  if (d.size() < 3) return 0.0;
+  return tools::robust_sd(d) / std::sqrt(2.0);
+}
+
+Fit fit_step(const std::vector<double>& x, int min_pre, int min_post) {
+  return best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; });
+}
+
+Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post) {
+  Fit f = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? double(b - tau) : 0.0; });
+  f.width = -1;
+  return f;
+}
+
+Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift, double sign) {
+  const int K = static_cast<int>(x.size());
+  Fit best = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; }, drift, sign);
+  for (int w : {K / 50, K / 20, K / 10, K / 5}) {
+    if (w < 2) continue;
+    Fit f = best_fit(x, min_pre, min_post, [w](int b, int tau) { return b < tau ? 0.0 : std::min(1.0, double(b - tau) / w); }, drift, sign);
+    f.width = w;
+    if (f.ok && (!best.ok || f.sse < best.sse)) best = f;
+  }
+  Fit h = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? double(b - tau) : 0.0; }, drift, sign);
+  h.width = -1;
+  // A hinge must beat the ramps clearly: growth that levels off is a ramp.
+  if (h.ok && (!best.ok || h.sse < 0.9 * best.sse)) best = h;
+  return best;
+}
+
+double effect_at(const Fit& f, int b) {
+  if (b < f.tau) return 0.0;
+  if (f.width < 0) return f.change * (b - f.tau);
+  if (f.width == 0) return f.change;
+  return f.change * std::min(1.0, double(b - f.tau) / f.width);
+}
+
+double step_effect(const Fit& f) { return f.width < 0 ? f.change * std::max(0, f.n - 1 - f.tau) : f.change; }
+
+double hinge_effect(const Fit& f, int b) { return effect_at(f, b); }
+
+int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign) {
+  if (!f.ok) return -1;
+  int onset = f.tau;
+  for (int b = f.tau - 1; b >= 0; --b) {
+    if (!std::isfinite(x[b])) continue;
+    if (sign * (x[b] - f.a - f.s * b) < margin) break;
+    onset = b;
+  }
+  return onset;
+}
+
+}  // namespace lpdiag::analysis::cp

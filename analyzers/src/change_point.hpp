@@ -1,0 +1,49 @@
+// Change points on per-bin series under background drift (private to the analyzers).
+//
+// Real runs drift: sigma_1 and the logits grow in healthy training, rates wander. A fixed
+// baseline (the first fifth of the run) then places every onset at the start, and it misses
+// events inside the baseline itself. Instead each series is fitted by least squares with a drift
+// line plus one change at bin tau, every tau tried:
+//   step:  x = a + s b + D [b >= tau]             (a rate or a similarity that jumps)
+//   hinge: x = a + s b + c max(0, b - tau)        (a log norm that starts to grow faster)
+// The drift s absorbs the background, so the change is measured against it. Heavy tails are
+// handled by fitting a running median, noise is read off the first differences (which a slow
+// drift does not inflate), and the onset is walked back from tau to where the series first
+// leaves the pre-change trend, so a ramp of any shape starts where it starts.
+#pragma once
+#include <vector>
+
+namespace lpdiag::analysis::cp {
+
+struct Fit {
+  bool ok = false;
+  int tau = -1;           // first bin of the changed regime
+  double a = 0, s = 0;    // pre-change trend a + s b
+  double change = 0;      // step / ramp: D; hinge: c (per bin)
+  int width = 0;          // ramp: bins from tau to the full change (0: a step); -1: a hinge
+  double sse = 0;         // residual sum of squares of the best fit
+  double sse_null = 0;    // residual sum of squares of the drift line alone
+  int n = 0;              // bins with data
+};
+
+// Running median of the finite values in [b - w, b + w]; NaN where there are none.
+std::vector<double> running_median(const std::vector<double>& x, int w);
+// Robust per-bin noise s.d. from the first differences of consecutive finite values.
+double diff_noise_sd(const std::vector<double>& x);
+// Best step or hinge fit with at least `min_pre` bins of data before tau and `min_post` from it.
+Fit fit_step(const std::vector<double>& x, int min_pre, int min_post);
+Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post);
+// Best of a step, linear ramps of K/50, K/20, K/10 and K/5 bins, and a hinge (growth that does
+// not level off): x = a + s b + D r((b - tau) / w). A ramp's tau is where it starts.
+// drift = false: no drift term (a series whose background is already removed); sign: only
+// changes of that sign (+1 rises, -1 falls, 0 either).
+Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift = true, double sign = 0);
+// The model's change at bin b over the pre-change trend.
+double effect_at(const Fit& f, int b);
+double step_effect(const Fit& f);
+double hinge_effect(const Fit& f, int b);
+// Walks back from f.tau to the first bin from which `x` (smoothed) stays at least `margin`
+// beyond the pre-change trend in the direction `sign` (+1 rise, -1 fall), up to tau.
+int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign);
+
+}  // namespace lpdiag::analysis::cp

@@ -1,0 +1,76 @@
+#include "lpdiag/analyzers/reference_run.hpp"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <set>
+
+namespace lpdiag::analysis {
+namespace {
+
+// Keys that name the numerics under comparison, or that differ between any two runs.
+const std::set<std::string> kNumericsKeys = {"policy", "fix", "attention", "precision", "instrument", "producer"};
+
+std::vector<std::string> differences(const std::string& a, const std::string& b) {
+  std::vector<std::string> out;
+  const auto ja = nlohmann::json::parse(a, nullptr, false), jb = nlohmann::json::parse(b, nullptr, false);
+  if (!ja.is_object() || !jb.is_object()) return out;
+  std::set<std::string> keys;
+  for (auto it = ja.begin(); it != ja.end(); ++it) keys.insert(it.key());
+  for (auto it = jb.begin(); it != jb.end(); ++it) keys.insert(it.key());
+  for (const auto& k : keys) {
+    if (kNumericsKeys.count(k)) continue;
+    const auto va = ja.contains(k) ? ja[k].dump() : std::string("(absent)"), vb = jb.contains(k) ? jb[k].dump() : std::string("(absent)");
+    if (va != vb) out.push_back(fmt::format("{}: {} vs {}", k, va, vb));
+  }
+  return out;
+}
+
+std::string describe(const RunVerdict& v) {
+  return v.healthy ? std::string("healthy") : fmt::format("{} from step {}", v.failure.kind, v.failure.onset_step);
+}
+
+}  // namespace
+
+ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
+                                           const std::string& run_config, const std::string& ref_config) {
+  ReferenceComparison r;
+  r.path = ref_path;
+  r.failed = !ref.run.healthy;
+  r.config_differences = differences(run_config, ref_config);
+  const RunVerdict &a = run.run, &b = ref.run;
+  const std::string both = fmt::format("RUN: {}; REF: {}", describe(a), describe(b));
+  const std::string cfg =
+      r.config_differences.empty()
+          ? std::string()
+          : fmt::format("; but the runs differ beyond the attention numerics ({}{}), so the comparison is weaker",
+                        r.config_differences.front(), r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : "");
+  if (a.healthy) {
+    r.evidence = both + ": RUN did not fail, there is no failure to attribute" + cfg;
+    return r;
+  }
+  if (b.healthy) {
+    r.attributable = true;
+    r.evidence = both + ": the same run with other attention numerics did not fail" +
+                 (std::isfinite(a.final_loss) && std::isfinite(b.final_loss)
+                      ? fmt::format(" (final loss {:.4g} against {:.4g})", a.final_loss, b.final_loss)
+                      : std::string()) +
+                 cfg;
+    return r;
+  }
+  // Both failed. Alike: the same kind, or the same family (the loss blew up or stalled in both,
+  // possibly with exploding logits where the reference recorded none).
+  auto family = [](const std::string& k) { return k == "non_finite" ? 1 : 0; };
+  const bool alike = a.failure.kind == b.failure.kind || family(a.failure.kind) == family(b.failure.kind);
+  if (alike) {
+    r.attributable = false;
+    r.evidence = both + ": the run fails alike with other attention numerics, so its failure is not caused by them" + cfg;
+    return r;
+  }
+  r.evidence = both + ": REF fails in another way, so it cannot tell whether RUN's numerics caused RUN's failure"
+               " (a fix that turns the failure non-finite is itself unstable here; try fp32 attention as the reference)" + cfg;
+  return r;
+}
+
+}  // namespace lpdiag::analysis

@@ -1,0 +1,124 @@
+// The run verdict. Thresholds and why:
+// - attention_logit_growth: the max attention logit rises >= 30x within a tenth of the run and
+//   reaches >= 100. Healthy GPT-2-small training on the H200 grew it ~3x per tenth (1.7 -> 88
+//   over 700 steps); the failing learning rates did 140x-60,000x within a few dozen steps
+//   (docs/REAL_RUNS.md). At 100 the bf16 spacing of a logit is 0.5: the softmax is one-hot.
+// - loss_stall: the smoothed loss ends >= 15% and > 6 noise s.d. above its best, reached before
+//   the last fifth of the run (divergence from its own trend; a plateau alone is no failure).
+// - non_finite: the first infinite loss or nan_inf event.
+// - loss_explosion: the C5 spike.
+#include "lpdiag/analyzers/run_verdict.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "change_point.hpp"
+#include "series_tools.hpp"
+
+namespace lpdiag::analysis {
+
+std::vector<double> max_logit_series(const BinnedTrace& t) {
+  std::vector<double> m(static_cast<std::size_t>(t.bins), tools::nan());
+  for (std::size_t l = 0; l < t.layers.size(); ++l)
+    for (std::int64_t h = 0; h < t.heads; ++h)
+      for (int b = 0; b < t.bins; ++b) {
+        const double x = t.at(l, h, b).logit_max;
+        if (x >= 0 && !(x <= m[b])) m[b] = std::isnan(m[b]) ? x : std::max(m[b], x);
+      }
+  return m;
+}
+
+namespace {
+
+bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSign& s) {
+  const int K = t.bins, w = std::max(2, K / 10);
+  std::vector<double> y(m.size(), tools::nan());
+  for (std::size_t b = 0; b < m.size(); ++b)
+    if (m[b] > 0) y[b] = std::log(m[b]);
+  const auto ys = cp::running_median(y, 1);
+  for (int b = 0; b < K; ++b) {
+    if (!std::isfinite(ys[b]) || m[b] < 100) continue;
+    int lo = -1;
+    for (int c = std::max(0, b - w); c < b; ++c)
+      if (std::isfinite(ys[c]) && (lo < 0 || ys[c] < ys[lo])) lo = c;
+    if (lo < 0 || !(ys[b] - ys[lo] >= std::log(30.0))) continue;
+    // The rise starts after the low point: the first bin clearly above it.
+    int onset = lo;
+    for (int c = lo + 1; c <= b; ++c)
+      if (std::isfinite(ys[c]) && ys[c] - ys[lo] >= std::log(1.5)) {
+        onset = c;
+        break;
+      }
+    double peak = 0;
+    for (double v : m)
+      if (v > peak) peak = v;
+    s = {"attention_logit_growth", t.bin_step(onset), onset,
+         fmt::format("the max attention logit rose from {:.3g} at step {} to {:.3g} by step {} ({:.0f}x within a tenth of the run) "
+                     "and peaked at {:.3g}: the softmax collapses onto single keys (entropy collapse)",
+                     std::exp(ys[lo]), t.bin_step(lo), m[b], t.bin_step(b), std::exp(ys[b] - ys[lo]), peak)};
+    return true;
+  }
+  return false;
+}
+
+bool loss_stall(const BinnedTrace& t, const std::vector<double>& loss, FailureSign& s) {
+  const int K = t.bins;
+  std::vector<double> x(loss.size(), tools::nan());
+  for (std::size_t b = 0; b < loss.size(); ++b)
+    if (std::isfinite(loss[b])) x[b] = loss[b];
+  if (tools::finite_values(x, 0, K).size() < 10) return false;
+  const auto xs = cp::running_median(x, std::max(1, K / 50));
+  const int n_end = std::max(2, K / 10);
+  int best = -1;
+  for (int b = 0; b < K - K / 5; ++b)
+    if (std::isfinite(xs[b]) && (best < 0 || xs[b] < xs[best])) best = b;
+  if (best < 0) return false;
+  const double end = tools::median(tools::finite_values(x, K - n_end, K)), noise = cp::diff_noise_sd(x);
+  if (!(end >= 1.15 * xs[best] && end - xs[best] > 6 * noise)) return false;
+  int onset = best;
+  for (int b = best + 1; b < K; ++b)
+    if (std::isfinite(xs[b]) && xs[b] - xs[best] > std::max(3 * noise, 0.05 * std::fabs(xs[best]))) {
+      onset = b;
+      break;
+    }
+  s = {"loss_stall", t.bin_step(onset), onset,
+       fmt::format("the loss left its best of {:.4g} (step {}) and ended at {:.4g} ({:+.0f}%): training diverged from its own trend",
+                   xs[best], t.bin_step(best), end, 100 * (end / xs[best] - 1))};
+  return true;
+}
+
+}  // namespace
+
+RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
+  RunVerdict v;
+  const auto loss = loss_series(t);
+  v.final_loss = tools::median(tools::finite_values(loss, t.bins - std::max(2, t.bins / 10), t.bins));
+  v.logit_series = max_logit_series(t);
+  for (double x : v.logit_series)
+    if (x > v.max_logit) v.max_logit = x;
+  if (t.first_nonfinite_step >= 0) {
+    const double x = double(t.first_nonfinite_step - t.first_step) / t.bin_width;
+    const int bin = std::min(t.bins - 1, static_cast<int>(std::max(0.0, x)));
+    v.signs.push_back({"non_finite", t.first_nonfinite_step, bin,
+                       fmt::format("the loss became non-finite at step {} ({})", t.first_nonfinite_step, t.nonfinite_evidence)});
+  }
+  if (c5.present && std::isfinite(c5.effect)) v.signs.push_back({"loss_explosion", c5.onset_step, c5.onset_bin, c5.evidence});
+  FailureSign s;
+  if (logit_growth(t, v.logit_series, s)) v.signs.push_back(s);
+  if (loss_stall(t, loss, s)) v.signs.push_back(s);
+  std::stable_sort(v.signs.begin(), v.signs.end(), [](const FailureSign& a, const FailureSign& b) { return a.onset_step < b.onset_step; });
+  if (v.signs.empty()) return v;
+  v.healthy = false;
+  v.failure = v.signs.front();
+  for (const auto& x : v.signs)
+    if (x.kind == "non_finite") v.failure = x;
+  std::string also;
+  for (const auto& x : v.signs)
+    if (&x != &v.failure && x.kind != v.failure.kind) also += fmt::format("; also {} from step {}", x.kind, x.onset_step);
+  v.failure.evidence += also;
+  return v;
+}
+
+}  // namespace lpdiag::analysis

@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""A second synthetic trace generator, written from docs/TRACE_FORMAT.md alone (numpy + h5py),
+independently of `lpdiag synth` (analyzers/src/synth.cpp), to validate the analyzers on data
+their authors did not shape. What differs from `lpdiag synth`, on purpose:
+
+- background drift in every run: every W_Q head's sigma_1 grows 1.2-2x over the run at its own
+  rate, attention logits grow, the repeated-max rate and the loss wander;
+- heavy-tailed noise (Student t, 3 degrees of freedom) on every signal;
+- irregular strides (1-5 steps, with bursts of 10-40), NaN / -1 gap records (3%);
+- ramps of several shapes (step, logistic, exponential, linear) and widths (0-15% of the run);
+- onsets anywhere from the first 5% of the run, with gaps that may be zero (overlapping onsets);
+- growth driven by a bias whose size wanders (an AR(1) process), so bias and growth rate
+  co-vary as the mechanism says (chains); growth that ramps and levels off (nulls);
+- failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion.
+
+   make_traces.py OUT_DIR SEED COUNT   writes COUNT traces gen2_<seed>_<i>.h5 plus truth.json
+"""
+import json
+import math
+import sys
+
+import h5py
+import numpy as np
+
+KINDS = ["chain"] * 6 + ["clean", "loss-spike", "growth-no-trigger", "bias-no-growth"]
+
+
+def t_noise(rng, size, scale):
+    return scale * rng.standard_t(3, size=size)
+
+
+def ramp(rng, n, start, width, shape):
+    """0 before `start`, rising to 1 over `width` records in the given shape (arrays of length n)."""
+    x = np.arange(n, dtype=float)
+    if width < 1 or shape == "step":
+        return (x >= start).astype(float)
+    u = np.clip((x - start) / width, 0.0, 1.0)
+    if shape == "logistic":
+        v = 1.0 / (1.0 + np.exp(-10.0 * (u - 0.5)))
+        v = (v - v[0] if start <= 0 else v) * (x >= start)
+        return np.clip(v / max(v.max(), 1e-12), 0, 1)
+    if shape == "exponential":
+        return np.where(x >= start, (np.exp(3.0 * u) - 1.0) / (math.e ** 3 - 1.0), 0.0)
+    return u  # linear
+
+
+def write_trace(path, seed, kind):
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(2, 7))
+    H = int(rng.integers(2, 13))
+    T = int(rng.integers(800, 4001))
+    # Steps: mostly 1-5 apart, some bursts.
+    gaps = rng.integers(1, 6, size=T)
+    burst = rng.random(T) < 0.01
+    gaps[burst] = rng.integers(10, 41, size=int(burst.sum()))
+    steps = np.cumsum(gaps) + int(rng.integers(0, 500))
+    gap_row = rng.random(T) < 0.03
+
+    # Onsets (record indices), -1 where absent.
+    on = [-1] * 5
+    early = rng.random() < 0.25
+    f1 = rng.uniform(0.0, 0.05) if early else rng.uniform(0.05, 0.6)
+    fs = [f1]
+    for _ in range(3):
+        fs.append(fs[-1] + (0.0 if rng.random() < 0.3 else rng.uniform(0.01, 0.08)))
+    fs.append(fs[-1] + rng.uniform(0.05, 0.15))
+    fs = [min(f, 0.9) for f in fs]
+    rec = [int(f * T) for f in fs]
+    if kind == "chain":
+        on = rec
+    elif kind == "loss-spike":
+        on[4] = int(rng.uniform(0.1, 0.9) * T)
+    elif kind == "growth-no-trigger":
+        on[3] = int(rng.uniform(0.1, 0.6) * T)
+        on[4] = min(T - 20, on[3] + int(rng.uniform(0.1, 0.3) * T))
+    elif kind == "bias-no-growth":
+        on[0], on[1], on[2] = rec[0], rec[1], rec[2]
+    pl, ph = int(rng.integers(0, L)), int(rng.integers(0, H))
+    rows = int(rng.choice([256, 512, 1024, 2048]))
+
+    # Bias size: an AR(1) process around 1, so growth that it drives co-varies with it.
+    ar = np.empty(T)
+    ar[0] = 0.0
+    for i in range(1, T):
+        ar[i] = 0.9 * ar[i - 1] + 0.3 * rng.standard_normal()
+    bias_level = np.clip(1.0 + 0.5 * ar, 0.2, None)
+    bias_sign = 1.0 if rng.random() < 0.5 else -1.0
+    bias_z_rec = rng.uniform(1.0, 3.0)  # z of one record's delta-error mean
+
+    shape = lambda: str(rng.choice(["step", "logistic", "exponential", "linear"]))
+    width = lambda: int(rng.uniform(0.0, 0.15) * T)
+
+    def visible(r):
+        """Where a ramp becomes observable: the first record at 20% of its full change."""
+        idx = np.nonzero(r >= 0.2)[0]
+        return int(idx[0]) if len(idx) else T - 1
+
+    # Each link's ramp starts no earlier than the previous link became observable, so a planted
+    # chain stays ordered in what the trace can show; the truth is each ramp's observable start.
+    zeros = np.zeros(T)
+    r_trig = r_bias = r_upd = r_grow = zeros
+    if on[0] >= 0:
+        r_trig = ramp(rng, T, on[0], width(), shape())
+        on[0] = visible(r_trig)
+    if on[1] >= 0:
+        on[1] = max(on[1], on[0])
+        r_bias = ramp(rng, T, on[1], 0, "step")
+    if on[2] >= 0:
+        start = max(on[2], on[1])
+        r_upd = ramp(rng, T, start, width(), shape())
+        on[2] = visible(r_upd)
+    g_shape = shape()
+    if on[3] >= 0:
+        start = max(on[3], on[2])
+        r_grow = ramp(rng, T, start, max(1, width()), g_shape if g_shape != "step" else "linear")
+        on[3] = visible(r_grow)  # where the growth rate reaches a fifth of its full value
+    if on[4] >= 0 and kind == "chain":
+        on[4] = min(T - 20, max(on[4], on[3] + int(0.05 * T)))
+
+    f = np.arange(T) / T
+    # sigma_1 per head: background drift (each head its own rate) + planted excess growth.
+    drift_total = rng.uniform(math.log(1.2), math.log(2.0))
+    rates = drift_total * (1 + 0.1 * rng.standard_normal((L, H)))
+    log_sig0 = np.log(rng.uniform(0.7, 2.5, size=(L, H)))
+    log_sig = log_sig0[None, :, :] + f[:, None, None] * rates[None, :, :]
+    growth = rng.uniform(math.log(2.5), math.log(6.0))
+    if on[3] >= 0:
+        # Increments proportional to the envelope's slope times the (wandering) bias when a bias
+        # drives it (chain); the plain envelope otherwise.
+        # chain: the rate turns on with the ramp and then follows the bias to the end (the error
+        # keeps adding up while the bias lasts); otherwise growth that levels off.
+        env = r_grow if kind == "chain" else np.diff(np.concatenate([[0.0], r_grow]))
+        drive = bias_level if kind == "chain" else np.ones(T)
+        inc = env * drive
+        # The planted growth is reached by the failure it leads to (on[4]), and goes on after.
+        upto = on[4] if on[4] > on[3] else T
+        inc *= growth / max(inc[:upto].sum(), 1e-12)
+        log_sig[:, pl, ph] += np.cumsum(inc)
+    log_sig += t_noise(rng, log_sig.shape, 0.004)
+    sig = np.exp(log_sig)
+
+    p0 = rng.uniform(0.0005, 0.004, size=(L, H))
+    p_drift = rng.uniform(0.0, 0.5)
+    a1 = rng.uniform(0.03, 0.2)
+    logit0 = rng.uniform(3, 8, size=(L, H))
+
+    # Loss: decay + wander + t noise; a failure after on[4].
+    loss = 2.0 + rng.uniform(2, 6) * np.exp(-rng.uniform(3, 8) * f) + 0.05 * np.cumsum(rng.standard_normal(T)) / math.sqrt(T)
+    loss += t_noise(rng, T, 0.01)
+    nan_from = -1
+    if on[4] >= 0:
+        k = on[4]
+        jump = rng.uniform(0.6, 3.0) * loss[k]
+        loss[k:] += jump * (1 + np.cumsum(rng.uniform(0, 0.02, T - k)))
+        if rng.random() < 0.5:
+            nan_from = min(T - 1, k + int(rng.integers(5, 50)))
+            loss[nan_from:] = np.nan
+
+    # Update statistics.
+    sim0, conc0 = rng.uniform(0.05, 0.4, size=L), rng.uniform(0.05, 0.3, size=L)
+    sim1, conc1 = rng.uniform(0.8, 0.97), rng.uniform(0.6, 0.9)
+
+    with h5py.File(path, "w", libver="latest") as h:
+        h.attrs["lpdiag_format"] = "lpdiag-trace"
+        h.attrs["lpdiag_version"] = np.int64(1)
+        h.attrs["producer"] = "gen2 (tests/analyzers/gen2/make_traces.py)"
+        h.attrs["created_utc"] = "2026-12-01T00:00:00Z"
+        h.attrs["run_config"] = json.dumps({"synthetic": "gen2", "kind": kind, "seed": seed, "n_layer": L, "n_head": H})
+        h.attrs["rank"] = np.int64(0)
+        h.attrs["world_size"] = np.int64(1)
+
+        def ds(name, data, dtype):
+            data = np.asarray(data, dtype=dtype)
+            h.create_dataset(name, data=data, chunks=(min(T, 512),) + data.shape[1:], maxshape=(None,) + data.shape[1:])
+
+        ds("step", steps, "i8")
+        ds("scalars/loss", loss, "f8")
+        ds("scalars/lr", 1e-3 * np.minimum(1.0, 20 * f), "f8")
+        ds("scalars/grad_norm", np.abs(1 + t_noise(rng, T, 0.1)), "f8")
+        for l in range(L):
+            g = h.create_group(f"attention/blocks.{l}.self_attn")
+            g.attrs["layer_index"] = np.int64(l)
+            g.attrs["n_heads"] = np.int64(H)
+            g.attrs["head_dim"] = np.int64(64)
+            g.attrs["policy"] = "fa2"
+            g.attrs["fix"] = '{"kind":"none"}'
+            p = p0[l][None, :] * (1 + p_drift * f[:, None]) * np.ones((T, H))
+            if l == pl:
+                p[:, ph] += a1 * r_trig
+            rep = rng.binomial(rows, np.clip(p, 0, 1))
+            n_rows = np.full((T, H), rows, dtype=np.int64)
+            sd = 1e-3
+            mu = np.zeros((T, H))
+            if l == pl:
+                mu[:, ph] = bias_sign * bias_z_rec * bias_level * r_bias * sd / math.sqrt(rows)
+            d_sum = rows * mu + math.sqrt(rows) * sd * rng.standard_t(5, size=(T, H)) * math.sqrt(3 / 5)
+            d_sumsq = rows * (sd * sd + mu * mu)
+            o_n = rows * 64
+            o_sum = 0.3 * mu * o_n + math.sqrt(o_n) * sd * rng.standard_normal((T, H))
+            logits = logit0[l][None, :] * np.exp(0.8 * f)[:, None] * (sig[:, l, :] / sig[0, l, :]) ** 2 + t_noise(rng, (T, H), 0.2)
+            cols = {
+                "rows": n_rows, "repeated_max_rows": rep, "tile_repeated_max_rows": rep * 2, "zero_max_repeated_rows": np.zeros((T, H)),
+                "pbar_one_entries": rep * 2, "fix_engaged_rows": np.zeros((T, H)),
+                "o_err_count": np.full((T, H), o_n), "o_err_pos": np.full((T, H), o_n // 2), "o_err_neg": np.full((T, H), o_n // 2),
+                "delta_err_count": n_rows, "delta_err_pos": n_rows // 2, "delta_err_neg": n_rows // 2,
+            }
+            for name, v in cols.items():
+                v = np.asarray(v, dtype=np.int64)
+                v[gap_row] = -1
+                ds(f"{g.name}/{name}", v, "i8")
+            for name, v in {"o_err_sum": o_sum, "o_err_sumsq": o_n * sd * sd * np.ones((T, H)), "delta_err_sum": d_sum,
+                            "delta_err_sumsq": d_sumsq}.items():
+                v = np.array(v, dtype=float)
+                v[gap_row] = np.nan
+                ds(f"{g.name}/{name}", v, "f8")
+            lg = np.minimum(np.abs(logits), 3e38).astype(np.float32)
+            lg[gap_row] = np.nan
+            ds(f"{g.name}/logit_max", lg, "f4")
+            for role, mname in (("attn_q", "q_proj"), ("attn_k", "k_proj")):
+                for top in ("weights", "updates"):
+                    wg = h.create_group(f"{top}/blocks.{l}.self_attn.{mname}")
+                    wg.attrs["role"] = role
+                    wg.attrs["layer_index"] = np.int64(l)
+                    wg.attrs["rows"] = np.int64(H * 64)
+                    wg.attrs["cols"] = np.int64(H * 64)
+                    wg.attrs["n_heads"] = np.int64(H)
+                    wg.attrs["source"] = f"blocks.{l}.self_attn.{mname}.weight"
+                    if top == "weights":
+                        hs = sig[:, l, :].copy() if role == "attn_q" else np.exp(log_sig0[l])[None, :] * np.ones((T, H))
+                        hs[gap_row] = np.nan
+                        ds(f"{wg.name}/head_spectral_norm", hs, "f8")
+                        ds(f"{wg.name}/spectral_norm", hs.max(axis=1) * 1.05, "f8")
+                        ds(f"{wg.name}/frobenius_norm", np.sqrt((hs ** 2).sum(axis=1)), "f8")
+                        ds(f"{wg.name}/stable_rank", (hs ** 2).sum(axis=1) / (hs.max(axis=1) * 1.05) ** 2, "f8")
+                    else:
+                        up = r_upd if (l == pl and role == "attn_q") else np.zeros(T)
+                        sim = np.clip(sim0[l] + (sim1 - sim0[l]) * up + t_noise(rng, T, 0.03), 0, 1)
+                        conc = np.clip(conc0[l] + (conc1 - conc0[l]) * up + t_noise(rng, T, 0.02), 0, 1)
+                        sim[gap_row] = np.nan
+                        conc[gap_row] = np.nan
+                        ds(f"{wg.name}/sigma1", np.abs(1e-3 * (1 + t_noise(rng, T, 0.1))), "f8")
+                        ds(f"{wg.name}/concentration", conc, "f8")
+                        ds(f"{wg.name}/similarity_prev", sim, "f8")
+            ag = h.create_group(f"activations/blocks.{l}")
+            ag.attrs["layer_index"] = np.int64(l)
+            ds(f"{ag.name}/max_abs", 10 + t_noise(rng, T, 1.0), "f4")
+            ds(f"{ag.name}/rms", 1 + t_noise(rng, T, 0.01), "f4")
+        ev = np.dtype([("step", "<i8"), ("kind", "S32"), ("layer_index", "<i4"), ("head", "<i4"), ("value", "<f8"), ("message", "S128")])
+        events = []
+        if nan_from >= 0:
+            events = [(int(steps[i]), b"nan_inf", -1, -1, np.nan, b"loss is not finite") for i in range(nan_from, T)]
+        h.create_dataset("events", data=np.array(events, dtype=ev), chunks=(64,), maxshape=(None,))
+
+    truth = {"path": path, "seed": seed, "kind": kind, "layers": L, "heads": H, "records": T,
+             "first_step": int(steps[0]), "last_step": int(steps[-1]),
+             "layer_index": pl if (on[0] >= 0 or on[1] >= 0 or on[3] >= 0) else None,
+             "head": ph if (on[0] >= 0 or on[1] >= 0 or on[3] >= 0) else None,
+             "onset_step": [int(steps[k]) if k >= 0 else None for k in on],
+             "non_finite_step": int(steps[nan_from]) if nan_from >= 0 else None}
+    return truth
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    out, seed, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    truths = []
+    for i in range(count):
+        kind = KINDS[i % len(KINDS)]
+        truths.append(write_trace(f"{out}/gen2_{seed}_{i}.h5", seed * 1000 + i, kind))
+    with open(f"{out}/truth.json", "w") as f:
+        json.dump(truths, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""The real GPT-2-small runs of docs/REAL_RUNS.md (tests/fixtures/real) through `lpdiag analyze`
+and `lpdiag check`: every run verdict and every counterfactual attribution as the runs showed
+them on the H200.   real_runs.py LPDIAG_BINARY FIXTURE_DIR"""
+import json
+import subprocess
+import sys
+
+# run: (healthy, failure kind or None)
+VERDICTS = {
+    "healthy": (True, None),
+    "stall": (False, "attention_logit_growth"),
+    "stall-fp32": (False, "loss_explosion"),
+    "stall-fix": (False, "non_finite"),
+    "spike": (False, "loss_explosion"),
+    "spike-fp32": (False, "loss_explosion"),
+    "spike-fix": (False, "non_finite"),
+    "explode": (False, "attention_logit_growth"),
+    "explode-fp32": (False, "loss_explosion"),
+    "explode-fix": (False, "non_finite"),
+}
+# (run, reference): attributable_to_attention_numerics
+REFERENCES = {
+    ("stall", "stall-fp32"): False, ("stall", "stall-fix"): None,
+    ("spike", "spike-fp32"): False, ("spike", "spike-fix"): None,
+    ("explode", "explode-fp32"): False, ("explode", "explode-fix"): None,
+    ("healthy", "stall"): None,
+}
+
+
+def analyze(lpdiag, *args):
+    out = subprocess.run([lpdiag, "analyze", "--json", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"analyze {' '.join(args)}: exit {out.returncode}: {out.stderr}")
+    return json.loads(out.stdout)
+
+
+def main():
+    lpdiag, d = sys.argv[1], sys.argv[2]
+    bad = 0
+    for name, (healthy, kind) in VERDICTS.items():
+        j = analyze(lpdiag, f"{d}/{name}.h5")
+        run = j["run"]
+        got = (run["healthy"], run["failure"]["kind"] if run["failure"] else None)
+        ok = got == (healthy, kind)
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {'healthy' if got[0] else got[1]} (expected {'healthy' if healthy else kind})"
+              + ("" if run["healthy"] else f" from step {run['failure']['onset_step']}"))
+        if not healthy and j["chain"]["found"]:
+            print(f"FAIL {name}: a causal chain is claimed, but the fp32-attention counterfactual fails alike")
+            bad += 1
+        rc = subprocess.run([lpdiag, "check", f"{d}/{name}.h5"], capture_output=True, text=True).returncode
+        if rc != (0 if healthy else 1):
+            print(f"FAIL {name}: check exited {rc}")
+            bad += 1
+    for (run, ref), want in REFERENCES.items():
+        j = analyze(lpdiag, f"{d}/{run}.h5", "--reference", f"{d}/{ref}.h5")
+        got = j["reference"]["attributable_to_attention_numerics"]
+        ok = got == want
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {run} --reference {ref}: attributable {got} (expected {want}): {j['reference']['evidence'][:120]}")
+    print(f"{bad} failure(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+// The counterfactual comparison: attributable when only RUN fails, not when both fail alike,
+// undecided when RUN is healthy or REF fails another way; config differences are reported.
+#include "catch_compat.hpp"
+#include "lpdiag/analyzers/reference_run.hpp"
+
+using namespace lpdiag::analysis;
+
+namespace {
+ChainResult with_verdict(bool healthy, const std::string& kind = "", std::int64_t step = -1) {
+  ChainResult c;
+  c.run.healthy = healthy;
+  if (!healthy) c.run.failure = {kind, step, 0, "test"}, c.run.signs = {c.run.failure};
+  return c;
+}
+const std::string cfg = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"lpdiag"})";
+const std::string cfg_fp32 = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})";
+}  // namespace
+
+TEST_CASE("reference: RUN fails and REF does not -> attributable", "[reference]") {
+  const auto r = compare_with_reference("ref.h5", with_verdict(false, "loss_explosion", 700), with_verdict(true), cfg, cfg_fp32);
+  REQUIRE(r.attributable.has_value());
+  CHECK(*r.attributable);
+  CHECK_FALSE(r.failed);
+  CHECK(r.config_differences.empty());  // attention differs, which is the point
+}
+
+TEST_CASE("reference: both fail alike -> not attributable", "[reference]") {
+  const auto r = compare_with_reference("ref.h5", with_verdict(false, "attention_logit_growth", 3), with_verdict(false, "loss_explosion", 22),
+                                        cfg, cfg_fp32);
+  REQUIRE(r.attributable.has_value());
+  CHECK_FALSE(*r.attributable);
+  CHECK(r.failed);
+}
+
+TEST_CASE("reference: REF non-finite where RUN was not, or RUN healthy -> undecided", "[reference]") {
+  CHECK_FALSE(compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(false, "non_finite", 9), cfg, cfg).attributable);
+  CHECK_FALSE(compare_with_reference("r", with_verdict(true), with_verdict(false, "loss_explosion", 9), cfg, cfg).attributable);
+}
+
+TEST_CASE("reference: differences beyond the numerics are named", "[reference]") {
+  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(true), cfg,
+                                        R"({"lr":0.001,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})");
+  REQUIRE(r.config_differences.size() == 1);
+  CHECK(r.config_differences[0].find("lr") == 0);
+  CHECK(r.evidence.find("weaker") != std::string::npos);
+}

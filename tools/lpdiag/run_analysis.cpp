@@ -1,0 +1,21 @@
+#include "run_analysis.hpp"
+
+#include "lpdiag/trace/preflight.hpp"
+#include "lpdiag/trace/trace_reader.hpp"
+
+namespace lpdiag::cli {
+
+AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers, const analysis::Progress& progress) {
+  for (const auto& p : paths) preflight_trace(p);
+  AnalyzedRun r;
+  r.t = analysis::bin_traces(paths, bins, progress, workers);
+  r.c = analysis::reconstruct_chain(r.t, bias_z);
+  r.run_config = TraceReader(paths.front()).meta().run_config;
+  return r;
+}
+
+analysis::ReferenceComparison compare_runs(const AnalyzedRun& run, const std::string& ref_path, const AnalyzedRun& ref) {
+  return analysis::compare_with_reference(ref_path, run.c, ref.c, run.run_config, ref.run_config);
+}
+
+}  // namespace lpdiag::cli

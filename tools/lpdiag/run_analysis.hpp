@@ -1,0 +1,27 @@
+// One run analyzed (its rank files binned, the chain and the verdict), shared by analyze,
+// check and report; and a run against its counterfactual reference.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lpdiag/analyzers/binned_trace.hpp"
+#include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/analyzers/reference_run.hpp"
+
+namespace lpdiag::cli {
+
+struct AnalyzedRun {
+  analysis::BinnedTrace t;
+  analysis::ChainResult c;
+  std::string run_config;  // of the first file
+};
+
+// Preflights every file first (clear errors for unusable input).
+AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers,
+                        const analysis::Progress& progress = {});
+
+// `ref_path`: the reference's trace (one file, or the first rank file).
+analysis::ReferenceComparison compare_runs(const AnalyzedRun& run, const std::string& ref_path, const AnalyzedRun& ref);
+
+}  // namespace lpdiag::cli
