@@ -11,7 +11,7 @@ LinkResult analyze_trigger(const BinnedTrace& t) {
   LinkResult best;
   best.id = "C1";
   best.name = "trigger (repeated maxima)";
-  const int K = t.bins, smooth = std::max(1, K / 100), min_post = std::max(3, K / 25);
+  const int K = t.bins, smooth = std::max(1, K / 200), min_post = std::max(3, K / 25);
   double best_effect = 0;
   std::string seen = "no attention counters in the trace";
   for (std::size_t l = 0; l < t.layers.size(); ++l)
@@ -28,8 +28,8 @@ LinkResult analyze_trigger(const BinnedTrace& t) {
       if (!(d > margin) || d <= best_effect) continue;
       // Sustained: most bins from tau on stay above the trend by half the step.
       int seen_n = 0, up = 0;
-      for (int b = f.tau + std::max(0, f.width); b < K; ++b)
-        if (std::isfinite(rs[b])) ++seen_n, up += rs[b] - f.a - f.s * b > d / 2;
+      for (int b = std::min(f.tau + std::max(0, f.width), std::max(f.tau, K - min_post)); b < K; ++b)
+        if (std::isfinite(rs[b])) ++seen_n, up += rs[b] - f.a - f.s * b > cp::effect_at(f, b) / 2;
       if (seen_n == 0 || up < 0.7 * seen_n) continue;
       const int onset = cp::walk_back_onset(rs, f, std::max(3 * noise / std::sqrt(2.0 * smooth + 1), d / 10), +1);
       const double base = f.a + f.s * onset;

@@ -19,7 +19,7 @@ struct Rise {
 Rise step_up(const std::vector<double>& x, int K) {
   Rise r;
   if (tools::finite_values(x, 0, K).size() < 6) return r;
-  const auto xs = cp::running_median(x, std::max(1, K / 100));
+  const auto xs = cp::running_median(x, std::max(1, K / 200));
   const cp::Fit f = cp::fit_ramp(xs, 2, std::max(3, K / 25), false, +1);
   if (!f.ok) return r;
   const double noise = cp::diff_noise_sd(x);
@@ -27,10 +27,10 @@ Rise step_up(const std::vector<double>& x, int K) {
   r.d = cp::step_effect(f);
   if (!(r.d >= r.margin)) return r;
   int n = 0, up = 0;
-  for (int b = f.tau + std::max(0, f.width); b < K; ++b)
-    if (std::isfinite(xs[b])) ++n, up += xs[b] - f.a - f.s * b > r.d / 2;
+  for (int b = std::min(f.tau + std::max(0, f.width), std::max(f.tau, K - std::max(3, K / 25))); b < K; ++b)
+    if (std::isfinite(xs[b])) ++n, up += xs[b] - f.a - f.s * b > cp::effect_at(f, b) / 2;
   if (n == 0 || up < 0.7 * n) return r;
-  r.onset = cp::walk_back_onset(xs, f, std::max(3 * noise / std::sqrt(2.0 * std::max(1, K / 100) + 1), r.d / 10), +1);
+  r.onset = cp::walk_back_onset(xs, f, std::max(3 * noise / std::sqrt(2.0 * std::max(1, K / 200) + 1), r.d / 10), +1);
   r.before = f.a + f.s * r.onset;
   r.after = tools::mean_of(x, f.tau, K);
   r.ok = true;

@@ -54,6 +54,18 @@ double rise_of(const std::vector<double>& e, int K) {
 
 }  // namespace
 
+std::vector<double> excess_log_sigma(const BinnedTrace& t, std::size_t layer, std::int64_t head) {
+  const auto all = log_sigmas(t);
+  std::vector<double> e(static_cast<std::size_t>(t.bins), tools::nan());
+  const bool corrected = all.size() >= 3;
+  const auto bg = corrected ? background(all, t.bins) : std::vector<double>(static_cast<std::size_t>(t.bins), 0.0);
+  for (const auto& s : all)
+    if (s.layer == layer && s.head == (t.has_head_sigma ? head : -1))
+      for (int b = 0; b < t.bins; ++b)
+        if (std::isfinite(s.y[b]) && std::isfinite(bg[b])) e[b] = s.y[b] - bg[b];
+  return e;
+}
+
 double global_growth(const BinnedTrace& t) {
   const auto all = log_sigmas(t);
   if (all.empty()) return tools::nan();
@@ -64,7 +76,7 @@ LinkResult analyze_growth(const BinnedTrace& t) {
   LinkResult best;
   best.id = "C4";
   best.name = "spectral growth of W_Q";
-  const int K = t.bins, smooth = std::max(1, K / 100), min_post = std::max(3, K / 25);
+  const int K = t.bins, smooth = std::max(1, K / 200), min_post = std::max(3, K / 25);
   const auto all = log_sigmas(t);
   if (all.empty()) {
     best.evidence = "the trace holds no sigma_1 of attn_q matrices";

@@ -150,7 +150,7 @@ Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post) {
 Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift, double sign) {
   const int K = static_cast<int>(x.size());
   Fit best = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; }, drift, sign);
-  for (int w : {K / 50, K / 20, K / 10, K / 5}) {
+  for (int w : {K / 50, K / 20, K / 10, K / 5, K / 3}) {
     if (w < 2) continue;
     Fit f = best_fit(x, min_pre, min_post, [w](int b, int tau) { return b < tau ? 0.0 : std::min(1.0, double(b - tau) / w); }, drift, sign);
     f.width = w;

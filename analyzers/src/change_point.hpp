@@ -33,7 +33,7 @@ double diff_noise_sd(const std::vector<double>& x);
 // Best step or hinge fit with at least `min_pre` bins of data before tau and `min_post` from it.
 Fit fit_step(const std::vector<double>& x, int min_pre, int min_post);
 Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post);
-// Best of a step, linear ramps of K/50, K/20, K/10 and K/5 bins, and a hinge (growth that does
+// Best of a step, linear ramps of K/50, K/20, K/10, K/5 and K/3 bins, and a hinge (growth that does
 // not level off): x = a + s b + D r((b - tau) / w). A ramp's tau is where it starts.
 // drift = false: no drift term (a series whose background is already removed); sign: only
 // changes of that sign (+1 rises, -1 falls, 0 either).

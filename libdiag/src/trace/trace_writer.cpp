@@ -134,14 +134,14 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::checked(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), h5::Failure::write, path,
               "selecting the SWMR file format");
   // A buffered write() that spans pages can be cut between pages by SIGKILL; a metadata block
-  // torn that way fails its checksum forever. Keep every metadata block inside one 4 KiB page:
-  // small metadata comes from 4 KiB aggregator blocks, and every allocation of 4 KiB or more is
-  // page-aligned. Smaller raw-data allocations (a compressed chunk of a few rows) are packed:
-  // aligning each of them to a page made a GPT-2-small trace (~700 datasets, a new chunk each per
-  // flush) 200 KB per record; a torn raw chunk loses only its own rows, never the file.
-  h5::checked(H5Pset_meta_block_size(fapl.get(), 4096), h5::Failure::write, path, "metadata block size");
-  h5::checked(H5Pset_alignment(fapl.get(), 4096, 4096), h5::Failure::write, path, "page alignment");
-  file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), h5::Failure::write, path,
+  // torn that way fails its checksum forever. Paged aggregation keeps every metadata block inside
+  // one 4 KiB page of metadata only; small raw data (a deflated chunk of a few rows) shares pages
+  // with other raw data instead of taking a page each (page-aligning every allocation made a
+  // GPT-2-small trace, ~700 datasets with a new chunk each per flush, 200 KB per record).
+  h5::Handle fcpl = h5::plist_handle(H5Pcreate(H5P_FILE_CREATE), h5::Failure::write, path, "file creation properties");
+  h5::checked(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1), h5::Failure::write, path, "paged file space");
+  h5::checked(H5Pset_file_space_page_size(fcpl.get(), 4096), h5::Failure::write, path, "file space page size");
+  file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), h5::Failure::write, path,
                          "cannot create the trace file (check the directory exists and is writable)");
   const hid_t root = file.get();
   h5::write_attr_string(root, "lpdiag_format", schema::kFormat, path);

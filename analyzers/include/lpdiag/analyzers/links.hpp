@@ -32,6 +32,9 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0);
 LinkResult analyze_updates(const BinnedTrace& t);
 // C4: sustained growth of sigma_1 of a W_Q head slice, with its change point.
 LinkResult analyze_growth(const BinnedTrace& t);
+// log sigma_1 of one W_Q head slice (whole W_Q without head slices) minus the median over all
+// heads: the growth C4 measures (NaN where unmeasured).
+std::vector<double> excess_log_sigma(const BinnedTrace& t, std::size_t layer, std::int64_t head);
 // Growth factor of the median W_Q head's sigma_1 over the run (the background C4 removes).
 double global_growth(const BinnedTrace& t);
 // C5: loss spike (robust z over a rolling median) or a non-finite loss.
