@@ -102,11 +102,19 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   std::int64_t max_heads = 0;
   for (const Att& a : atts) max_heads = std::max(max_heads, a.heads);
   std::vector<HeadBin> acc(static_cast<std::size_t>(max_heads));
+  // /step must increase strictly (TRACE_FORMAT.md): checked here as the rows are read, from the
+  // row before the range on, so every worker's share joins up with the previous one.
+  std::int64_t prev = range.row0 > 0 ? r.steps(range.row0 - 1, 1)[0] : INT64_MIN;
   for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
     const std::int64_t m = std::min(kChunk, range.row1 - r0);
     r.read_counts("/step", r0, m, steps);
     bin.resize(static_cast<std::size_t>(m));
     for (std::int64_t i = 0; i < m; ++i) {
+      if (steps[i] <= prev)
+        throw InputError(r.path() + ": /step is not strictly increasing: row " + std::to_string(r0 + i) + " has step " +
+                         std::to_string(steps[i]) + " after step " + std::to_string(prev) +
+                         " (a trace written by two runs, or rows out of order); the rows cannot be placed in time");
+      prev = steps[i];
       const double x = double(steps[i] - bt.first_step) / bt.bin_width;
       bin[i] = std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)));
       StepBin& sb = bt.steps[bin[i]];

@@ -11,7 +11,8 @@
 #include "model.hpp"
 #include "monitor.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+int train(int argc, char** argv) {
   gpt2::Config cfg;
   int64_t steps = 300, batch = 8, warmup = 30, log_every = 25, seed = 1337;
   double lr = 3e-3, min_lr = 3e-4, clip = 1.0, weight_decay = 0.1;
@@ -180,4 +181,17 @@ int main(int argc, char** argv) {
   std::printf("trained %lld steps in %.1f s (%.1f ms/step, %.0f tokens/s); loss %.4f -> %.4f; trace %s\n", (long long)steps, secs,
               1e3 * secs / double(steps), double(steps * batch * cfg.block) / secs, first_loss, last_loss, monitor ? monitor->trace_path().c_str() : "(no monitor)");
   return last_loss < first_loss ? 0 : 1;
+}
+}  // namespace
+
+// One line for an error that stops the run before training (a path another writer holds, say).
+int main(int argc, char** argv) {
+  try {
+    return train(argc, argv);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "gpt2_train: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt2_train: %s\n", e.what());
+  }
+  return 2;
 }

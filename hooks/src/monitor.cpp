@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <unistd.h>
 #include <limits>
 
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/error.hpp"
+#include "lpdiag/trace/writer_lock.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
 #include "matrix_group.hpp"
@@ -43,12 +46,20 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
   if (world_size > 1) stem_ += ".rank" + std::to_string(rank);
   path_ = stem_ + ".h5";
   // Fail now if the trace cannot be written; the writer itself opens at the first record, when
-  // the role map is complete.
+  // the role map is complete. Nothing is created, truncated or removed here: the path may be a
+  // live trace of another run.
   {
-    std::ofstream probe(path_, std::ios::binary | std::ios::trunc);
-    TORCH_CHECK(probe.good(), "lpdiag.Monitor: cannot write the trace ", path_, " (does the directory exist and is it writable?)");
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path p = fs::absolute(path_, ec);
+    const fs::path dir = p.parent_path();
+    TORCH_CHECK(fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) == 0, "lpdiag.Monitor: cannot write the trace ", path_,
+                " (does the directory exist and is it writable?)");
+    TORCH_CHECK(!fs::exists(p, ec) || (fs::is_regular_file(p, ec) && ::access(p.c_str(), W_OK) == 0), "lpdiag.Monitor: ", path_,
+                " exists and is not a writable file");
+    TORCH_CHECK(!WriterLock::held_by_another(path_), "lpdiag.Monitor: ", path_,
+                " is being recorded by another writer now; give this run another path (it was left untouched)");
   }
-  std::remove(path_.c_str());
   for (int64_t l = 0; l < n_layer; ++l)
     layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
 }
@@ -163,7 +174,10 @@ void Monitor::open_writer() {
   try {
     writer_ = std::make_unique<TraceWriter>(path_, layout_, h, o);
   } catch (const Error& e) {
-    TORCH_CHECK(false, "lpdiag.Monitor: ", e.what());
+    // A full disk or a file-size limit at creation must not end the training run: say it once
+    // and go on without a trace (a second writer on a live trace is refused at construction).
+    std::fprintf(stderr, "lpdiag.Monitor: cannot create the trace: %s; training goes on without a trace\n", e.what());
+    no_trace_ = true;
   }
 }
 
@@ -267,6 +281,7 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
 
 void Monitor::start() {
   open_writer();
+  if (no_trace_) return;
   group_matrices();
   // A side stream when every matrix lives on one CUDA device; otherwise in line.
   bool one_cuda = !matrices_.empty();
@@ -300,7 +315,11 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   TORCH_CHECK(loss.is_floating_point() && grad_norm.is_floating_point(),
               "lpdiag.Monitor.record: loss and grad_norm must be floating point, got ", loss.scalar_type(), " and ",
               grad_norm.scalar_type());
-  if (!writer_) start();
+  if (!writer_ && !no_trace_) start();
+  if (no_trace_) {
+    ++records_;
+    return !(stop_on_nan_ && !std::isfinite(loss.item<double>()));
+  }
   finish_pending(step + 1);  // the previous step's statistics have long landed
   auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
   auto fetch = std::make_unique<RecordFetch>();

@@ -97,6 +97,7 @@ class Monitor : public torch::CustomClassHolder {
   std::map<std::string, int64_t> cadence_{{"weights", 1}, {"updates", 1}, {"attention", 1}, {"activations", 1}};
   int64_t flush_every_ = 100;
   int64_t compression_ = 0;
+  bool no_trace_ = false;  // the trace could not be created: record() only counts
   bool stop_on_nan_ = false;
   bool use_graphs_ = true;
   double capture_rate_ = -1;

@@ -12,6 +12,7 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/trace/trace_writer.hpp"
 #include "lpdiag/hooks/flash_tensors.hpp"
 #include "monitor.hpp"
 
@@ -83,6 +84,31 @@ TEST_CASE("wrong shapes, dtypes and arguments give messages that name the argume
 TEST_CASE("Monitor: unwritable path fails at construction", "[hooks][monitor]") {
   CHECK(message_of([] { Monitor m("/nonexistent-dir/run.h5", 1, 1, 8, "{}", 0, 1); }).find("cannot write the trace") != std::string::npos);
   CHECK(message_of([] { Monitor m(tmp("r.h5"), 1, 1, 8, "{}", 3, 2); }).find("rank 3") != std::string::npos);
+}
+
+TEST_CASE("Monitor: a path another writer is recording is refused at construction and left whole", "[hooks][monitor]") {
+  const std::string path = lpdiag_test::temp_path("hooks", "live-other.h5");
+  std::filesystem::remove(path);
+  lpdiag::TraceLayout L;
+  L.scalars = {"loss", "lr", "grad_norm"};
+  lpdiag::TraceWriterOptions o;
+  o.flush_every = 1;
+  {
+    lpdiag::TraceWriter other(path, L, {}, o);
+    lpdiag::TraceRecord r = lpdiag::TraceRecord::unmeasured(L, 3);
+    r.scalars = {1.0, 2.0, 3.0};
+    other.append(r);
+    other.flush();
+    try {
+      lpdiag::hooks::Monitor m(path, 1, 1, 8, "{}", 0, 1);
+      FAIL("the Monitor accepted a path another writer holds");
+    } catch (const c10::Error& e) {
+      CHECK(std::string(e.what()).find("another writer") != std::string::npos);
+    }
+  }
+  const lpdiag::TraceReader r(path);
+  CHECK(r.records() == 1);
+  CHECK(r.steps(0, 1)[0] == 3);
 }
 
 TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes captures on demand", "[hooks][monitor]") {

@@ -13,6 +13,7 @@
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/command.hpp"
 #include "lpdiag/error.hpp"
+#include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 
 namespace lpdiag::cli {
@@ -38,7 +39,22 @@ int run_watch(const WatchArgs& a) {
       throw InputError(a.path + ": no such file (waited " + fmt::format("{:.0f}", a.wait) + " s for it to appear)");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // The same preflight as info/analyze: a text file, a directory, a foreign or version-2 file is
+  // refused with one line (exit 2). A trace the writer is still creating may fail it for a
+  // moment, so it is retried for a few seconds before the answer counts.
+  for (const auto t0 = Clock::now();;) {
+    try {
+      if (std::filesystem::is_directory(a.path)) throw InputError(a.path + ": is a directory, not a trace file");
+      preflight_trace(a.path);
+      break;
+    } catch (const InputError&) {
+      if (g_stop || std::chrono::duration<double>(Clock::now() - t0).count() > std::max(5.0, 3 * a.interval)) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
   std::array<bool, 5> seen{};
+  bool failure_seen = false;
+  int failed_polls = 0;
   std::int64_t last_records = -1;
   auto last_growth = Clock::now();
   std::cout << "watching " << a.path << " (Ctrl-C to stop)" << std::endl;
@@ -62,12 +78,20 @@ int run_watch(const WatchArgs& a) {
                         << std::endl;
             }
           }
+          if (!c.run.healthy && !failure_seen) {
+            failure_seen = true;
+            std::cout << fmt::format("[{} records, step {}] RUN FAILED: {} from step {}: {}", last_records, bt.last_step, c.run.failure.kind,
+                                     c.run.failure.onset_step, c.run.failure.evidence)
+                      << std::endl;
+          }
           if (c.found && closed) std::cout << fmt::format("causal chain at layer {} head {}", c.layer_index, c.head) << std::endl;
         }
       }
+      failed_polls = 0;
     } catch (const InputError& e) {
-      // A writer mid-flush can make one poll fail; the next one sees a consistent file.
-      if (closed) throw;
+      // A writer mid-flush can make one poll fail; the next one sees a consistent file. A file
+      // that keeps failing is not a trace being written (replaced, truncated): say so.
+      if (closed || ++failed_polls >= 10) throw;
     }
     if (closed) {
       std::cout << fmt::format("writer closed {} after {} records", a.path, last_records) << std::endl;

@@ -47,6 +47,9 @@ class Handle {
     id_ = H5I_INVALID_HID;
     return r;
   }
+  // Forgets the id without closing it: after a failed write (a full disk), closing would write
+  // again and could leave the file worse than its last successful flush.
+  void abandon() noexcept { id_ = H5I_INVALID_HID; }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
 

@@ -84,6 +84,36 @@ void touch_rows(const TraceReader& r, std::int64_t row0, std::int64_t n) {
   for (const auto& a : r.layout().activations) r.series("/activations/" + a.name + "/max_abs", row0, n);
 }
 
+// Every row's step: strictly increasing (TRACE_FORMAT.md), or the analysis would bin rows at the
+// wrong time and read false evidence. Says where it breaks and how.
+void check_steps(const TraceReader& r) {
+  const std::int64_t n = r.records();
+  std::int64_t prev = 0;
+  for (std::int64_t r0 = 0; r0 < n; r0 += 65536) {
+    const auto s = r.steps(r0, std::min<std::int64_t>(65536, n - r0));
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::int64_t row = r0 + static_cast<std::int64_t>(i);
+      if (s[i] < 0) throw InputError(r.path() + ": /step[" + std::to_string(row) + "] = " + std::to_string(s[i]) + " is negative");
+      if (row > 0 && s[i] <= prev)
+        throw InputError(r.path() + ": /step is not strictly increasing: row " + std::to_string(row) + " has step " + std::to_string(s[i]) +
+                         " after step " + std::to_string(prev) + " (a trace written by two runs, or rows out of order); "
+                         "the rows cannot be placed in time");
+      prev = s[i];
+    }
+  }
+}
+
+// Two attention layers (or two matrices of one role) claiming one layer_index make every
+// per-layer result ambiguous.
+void check_layout(const TraceReader& r) {
+  std::vector<std::int64_t> seen;
+  for (const auto& a : r.layout().attention) {
+    if (std::count(seen.begin(), seen.end(), a.layer_index))
+      throw InputError(r.path() + ": two attention layers have layer_index " + std::to_string(a.layer_index));
+    seen.push_back(a.layer_index);
+  }
+}
+
 }  // namespace
 
 void preflight_trace(const std::string& path, unsigned seconds) {
@@ -94,6 +124,10 @@ void preflight_trace(const std::string& path, unsigned seconds) {
     touch_rows(r, 0, k);
     touch_rows(r, n - k, k);
     r.events();
+    check_layout(r);
+    // Large traces get the step check from the analyzers' one pass over /step instead (a cold
+    // 1M-record /step is ~1000 scattered chunks).
+    if (n < (1 << 18)) check_steps(r);
   });
 }
 

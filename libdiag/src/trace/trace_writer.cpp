@@ -1,20 +1,36 @@
 #include "lpdiag/trace/trace_writer.hpp"
 
+#include <signal.h>
+
+#include <csignal>
+#include "lpdiag/trace/writer_lock.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 #include <iostream>
 
 #include "event_type.hpp"
 #include "h5.hpp"
 #include "lpdiag/error.hpp"
 #include "trace_schema.hpp"
+
+namespace {
+// HDF5 closes every file still open when the process exits. A trace whose writes failed (a full
+// disk, a file-size limit) cannot be closed, and that exit-time close crashed the process
+// (SIGSEGV in H5F__close_cb) after training had finished. Writers close their files themselves,
+// so HDF5's exit handler is turned off when this library loads (no effect if HDF5 is already
+// initialized, e.g. by h5py).
+const bool kNoHdf5Atexit = H5dont_atexit() >= 0;
+}  // namespace
 
 namespace lpdiag {
 
@@ -64,6 +80,7 @@ struct Column {
 
 struct TraceWriter::Impl {
   std::string path;
+  std::unique_ptr<WriterLock> lock;  // held from before the file is truncated until close
   TraceLayout layout;
   TraceWriterOptions opt;
   h5::Handle file;
@@ -129,6 +146,14 @@ Column TraceWriter::Impl::make_column(const std::string& p, Elem e, hsize_t widt
 
 void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::silence_errors();
+  lock = std::make_unique<WriterLock>(path);  // a live trace of another writer is never truncated
+  // Past a file-size limit (ulimit -f) the kernel kills a writer with SIGXFSZ unless it is
+  // ignored; ignored, write() fails with EFBIG and the writer reports it and drops records.
+  // Only a default disposition is changed, never a handler the program installed.
+  {
+    struct sigaction old_action {};
+    if (sigaction(SIGXFSZ, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) std::signal(SIGXFSZ, SIG_IGN);
+  }
   h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), h5::Failure::write, path, "file access properties");
   // SWMR needs the latest file format (superblock v3).
   h5::checked(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), h5::Failure::write, path,
@@ -286,13 +311,15 @@ void TraceWriter::Impl::check_headroom() const {
   struct statvfs vfs{};
   const std::string dir = std::filesystem::absolute(path, ec).parent_path().string();
   if (statvfs(dir.c_str(), &vfs) == 0) room = std::min<std::uintmax_t>(room, std::uintmax_t(vfs.f_bavail) * vfs.f_frsize);
-  // Worst case: every dataset starts new chunks for the pending rows, uncompressed, plus
-  // metadata (chunk indexes, object headers, the events) and a reserve for the final close.
-  std::uintmax_t need = 512 * 1024;
+  // Worst case: every dataset starts new chunks for the pending rows, uncompressed, plus a
+  // chunk-index entry each, some metadata pages and the events. (The close after a failure
+  // writes nothing, so no reserve for it: a 5 MB disk had kept 100 of 230 records of a 2.8 MB
+  // trace with the old 512 KiB reserve and a chunk of slack per dataset.)
+  std::uintmax_t need = 64 * 1024;
   const auto rows = static_cast<std::uintmax_t>(pending_rows);
   const auto chunk = static_cast<std::uintmax_t>(opt.chunk_rows);
   auto add = [&](const Column& c) {
-    need += (rows / chunk + 2) * chunk * schema::elem_size(c.elem) * c.width;
+    need += ((rows + chunk - 1) / chunk + 1) * chunk * schema::elem_size(c.elem) * c.width + 64;
   };
   for (const Column& c : columns) add(c);
   add(step);
@@ -354,7 +381,22 @@ TraceWriter::TraceWriter(const std::string& path, const TraceLayout& layout, con
     if (!is_valid_role(m.role)) throw InvalidArgument("TraceWriter: matrix " + m.name + " has unknown role '" + m.role + "'");
   for (const auto& a : layout.attention)
     if (a.n_heads < 1) throw InvalidArgument("TraceWriter: attention layer " + a.name + " needs n_heads >= 1");
-  impl_->create(header);
+  try {
+    impl_->create(header);
+  } catch (...) {
+    // Creation failed after the file was truncated (a full disk, a size limit): what is there is
+    // not a trace. Remove it, unless the failure was the lock (then it is another writer's).
+    if (impl_->lock) {
+      for (Column& c : impl_->columns) c.dset.abandon();
+      impl_->step.dset.abandon();
+      impl_->events.abandon();
+      impl_->file.abandon();
+      H5Eclear2(H5E_DEFAULT);
+      ::unlink(path.c_str());
+      impl_->lock.reset();
+    }
+    throw;
+  }
 }
 
 TraceWriter::~TraceWriter() {
@@ -435,12 +477,25 @@ void TraceWriter::close() {
   if (s.closed) return;
   flush();
   s.closed = true;
+  if (s.failed) {
+    // A write already failed (disk full, size limit): the file is consistent as of its last
+    // flush (SWMR), and closing it would write metadata that may not fit. Leave it as it is.
+    for (Column& c : s.columns) c.dset.abandon();
+    s.step.dset.abandon();
+    s.events.abandon();
+    s.event_type.reset();
+    s.file.abandon();
+    H5Eclear2(H5E_DEFAULT);
+    s.lock.reset();
+    return;
+  }
   for (Column& c : s.columns) c.dset.reset();
   s.step.dset.reset();
   s.events.reset();
   s.event_type.reset();
   if (s.file.reset() < 0 && !s.failed) s.report_failure(s.path + ": closing the trace failed (" + h5::last_error() + ")");
   H5Eclear2(H5E_DEFAULT);
+  s.lock.reset();
 }
 
 const TraceLayout& TraceWriter::layout() const { return impl_->layout; }
