@@ -11,6 +11,7 @@
 #include "lpdiag/command.hpp"
 #include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/trace/writer_lock.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -76,7 +77,9 @@ int run_info(const InfoArgs& a) {
     return kOk;
   }
   std::cout << fmt::format("{}\n", a.path);
-  std::cout << fmt::format("  format      {} v{}{}\n", m.format, m.version, r.live() ? "  (live: a writer holds it or died holding it)" : "");
+  std::cout << fmt::format("  format      {} v{}{}\n", m.format, m.version, r.live() ? (WriterLock::held_by_another(a.path) ? "  (live: a writer is recording it now)"
+                                                        : "  (its writer died without closing it: `lpdiag repair FILE` lets h5py and h5ls open it)")
+                   : "");
   std::cout << fmt::format("  producer    {}\n", m.producer);
   std::cout << fmt::format("  created     {}   rank {} of {}\n", m.created_utc, m.rank, m.world_size);
   std::cout << fmt::format("  run config  {}\n", config_summary(m.run_config));

@@ -26,5 +26,6 @@ Registration register_check(CLI::App& app);
 Registration register_synth(CLI::App& app);
 Registration register_report(CLI::App& app);
 Registration register_watch(CLI::App& app);
+Registration register_repair(CLI::App& app);
 
 }  // namespace lpdiag::cli

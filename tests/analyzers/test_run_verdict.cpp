@@ -1,0 +1,68 @@
+// The run verdict on losses that go non-finite (issue 17, defect 4): a NaN loss with its nan_inf
+// events, and an all-Inf loss, are failures of kind non_finite with the onset of the first one;
+// never "clean" and never "no loss values". Seeds are printed.
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "catch_compat.hpp"
+#include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/trace/trace_writer.hpp"
+#include "temp_dir.hpp"
+
+using namespace lpdiag;
+
+namespace {
+// `loss(step)` for steps 10, 12, ..., a nan_inf event wherever the loss is not finite.
+template <class Loss>
+std::string write_losses(const std::string& name, int records, Loss loss) {
+  const std::string path = lpdiag_test::temp_path("verdict", name);
+  TraceLayout L;
+  L.scalars = {"loss", "lr", "grad_norm"};
+  TraceWriter w(path, L);
+  for (int r = 0; r < records; ++r) {
+    const std::int64_t step = 10 + 2 * r;
+    TraceRecord rec = TraceRecord::unmeasured(L, step);
+    rec.scalars = {loss(step), 1e-3, 1.0};
+    if (!std::isfinite(rec.scalars[0])) w.add_event({step, "nan_inf", -1, -1, rec.scalars[0], "loss is not finite"});
+    w.append(rec);
+  }
+  w.close();
+  return path;
+}
+}  // namespace
+
+TEST_CASE("a loss that turns NaN is a non_finite failure from its first NaN step", "[analyzers][verdict]") {
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  const int nan_from = 100 + static_cast<int>(rng() % 200);
+  const auto path = write_losses("nan.h5", 400, [&](std::int64_t step) {
+    return (step - 10) / 2 >= nan_from ? std::nan("") : 3.0 + std::exp(-double(step) / 200) + noise(rng);
+  });
+  const auto c = analysis::reconstruct_chain(analysis::bin_traces({path}));
+  REQUIRE_FALSE(c.run.healthy);
+  CHECK(c.run.failure.kind == "non_finite");
+  CHECK(c.run.failure.onset_step == 10 + 2 * nan_from);
+  CHECK(c.links[4].present);
+}
+
+TEST_CASE("an all-Inf loss is a non_finite failure, not a trace without losses", "[analyzers][verdict]") {
+  const auto path = write_losses("inf.h5", 50, [](std::int64_t) { return INFINITY; });
+  const auto c = analysis::reconstruct_chain(analysis::bin_traces({path}));
+  REQUIRE_FALSE(c.run.healthy);
+  CHECK(c.run.failure.kind == "non_finite");
+  CHECK(c.run.failure.onset_step == 10);
+  CHECK(c.links[4].evidence.find("no loss values") == std::string::npos);
+}
+
+TEST_CASE("a decaying noisy loss is healthy", "[analyzers][verdict]") {
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::student_t_distribution<double> t3(3.0);
+  const auto path = write_losses("ok.h5", 800, [&](std::int64_t step) { return 2.0 + 3.0 * std::exp(-double(step) / 300) + 0.01 * t3(rng); });
+  const auto c = analysis::reconstruct_chain(analysis::bin_traces({path}));
+  CHECK(c.run.healthy);
+}
