@@ -134,8 +134,12 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       // Only the eight counters the links use (of seventeen).
       const std::string& g = a.group;
       r.read_counts(g + "rows", r0, m, rows), r.read_counts(g + "repeated_max_rows", r0, m, rep);
-      r.read_counts(g + "o_err_count", r0, m, oc), r.read_series(g + "o_err_sum", r0, m, os);
-      r.read_series(g + "o_err_sumsq", r0, m, oss);
+      if (bt.read_o_error) {
+        r.read_counts(g + "o_err_count", r0, m, oc), r.read_series(g + "o_err_sum", r0, m, os);
+        r.read_series(g + "o_err_sumsq", r0, m, oss);
+      } else {
+        oc.assign(static_cast<std::size_t>(m * a.heads), 0);
+      }
       r.read_counts(g + "delta_err_count", r0, m, dc), r.read_series(g + "delta_err_sum", r0, m, ds);
       r.read_series(g + "delta_err_sumsq", r0, m, dss);
       const bool logits = r.has_series(g + "logit_max");
@@ -259,13 +263,14 @@ void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& 
 
 }  // namespace detail
 
-BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, const Progress& progress, int workers) {
+BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, const Progress& progress, int workers, bool o_error) {
   if (paths.empty()) throw InvalidArgument("no trace given");
   if (max_bins < 8) throw InvalidArgument("max_bins must be >= 8");
   if (workers < 0) throw InvalidArgument("workers must be >= 0 (0: choose)");
   std::vector<TraceReader> readers;
   for (const auto& p : paths) readers.emplace_back(p);
   BinnedTrace bt = detail::plan_bins(paths, readers, max_bins);
+  bt.read_o_error = o_error;
 
   // Contiguous shares of kChunk-aligned row ranges, so no two workers read the same chunk.
   std::vector<detail::RowRange> ranges;

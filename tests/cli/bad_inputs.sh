@@ -28,6 +28,13 @@ expect_bad "$dir/lengths.h5" "different lengths: /scalars/loss has 12 rows, /ste
 expect_bad "$dir/dtype.h5" "/step has type float64, expected int64"
 expect_bad "$dir/attn_dtype.h5" "repeated_max_rows has type int32, expected int64"
 expect_bad "$dir/run.capture.700.2.h5" "attention capture, not a trace"
+# watch runs the same preflight (it retries for a few seconds, a trace may be mid-creation).
+expect_bad "$dir/not_hdf5.h5" "not an HDF5 file" watch
+expect_bad "$dir/foreign.h5" "not an lpdiag trace" watch
+expect_bad "$dir/version99.h5" "version 99 is not supported" watch
+expect_bad "$dir/lengths.h5" "different lengths" watch
+mkdir -p "$dir/a_directory.h5"
+expect_bad "$dir/a_directory.h5" "is a directory" watch
 # Truncated at random byte offsets: each must be a clean error (or, if HDF5 still finds every
 # object, a successful read); never a crash.
 size=$(stat -c %s "$dir/good.h5")

@@ -38,7 +38,7 @@ std::vector<double> resample(const analysis::BinnedTrace& from, const std::vecto
 
 int run_report(const ReportArgs& a) {
   ProgressBar bar("reading");
-  const AnalyzedRun run = analyze_run(a.paths, 512, 4.0, 0, [&](double f) { bar(f); });
+  const AnalyzedRun run = analyze_run(a.paths, 512, 4.0, 0, [&](double f) { bar(f); }, /*o_error=*/true);
   const analysis::BinnedTrace& t = run.t;
   const analysis::ChainResult& c = run.c;
   std::optional<AnalyzedRun> ref;

@@ -5,10 +5,11 @@
 
 namespace lpdiag::cli {
 
-AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers, const analysis::Progress& progress) {
+AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers, const analysis::Progress& progress,
+                        bool o_error) {
   for (const auto& p : paths) preflight_trace(p);
   AnalyzedRun r;
-  r.t = analysis::bin_traces(paths, bins, progress, workers);
+  r.t = analysis::bin_traces(paths, bins, progress, workers, o_error);
   r.c = analysis::reconstruct_chain(r.t, bias_z);
   r.run_config = TraceReader(paths.front()).meta().run_config;
   return r;

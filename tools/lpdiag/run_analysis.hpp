@@ -18,8 +18,9 @@ struct AnalyzedRun {
 };
 
 // Preflights every file first (clear errors for unusable input).
+// `o_error`: also bin the O error sums (the report plots them).
 AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers,
-                        const analysis::Progress& progress = {});
+                        const analysis::Progress& progress = {}, bool o_error = false);
 
 // `ref_path`: the reference's trace (one file, or the first rank file).
 analysis::ReferenceComparison compare_runs(const AnalyzedRun& run, const std::string& ref_path, const AnalyzedRun& ref);

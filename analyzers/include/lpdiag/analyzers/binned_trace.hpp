@@ -45,6 +45,7 @@ struct BinnedTrace {
   std::vector<HeadBin> head_bins;            // [layer][head][bin]
   std::vector<LayerBin> layer_bins;          // [layer][bin]
   bool has_head_sigma = false, has_updates = false, has_logits = false;
+  bool read_o_error = false;  // O error sums binned too (the report's plot; no link reads them)
   std::int64_t first_nonfinite_step = -1;  // first non-finite loss or nan_inf event; -1: none
   std::string nonfinite_evidence;          // what the first one was
 
@@ -63,7 +64,8 @@ using Progress = std::function<void(double fraction)>;
 // `workers`: processes that read in parallel (1: this process only; 0: this process below 2^18
 // records, else 16, for reads in flight on a cold disk). Sums are added per worker and then across workers, so
 // results with different worker counts agree to rounding, not bit for bit.
+// `o_error`: also bin the O error sums (three more datasets to read; only the report plots them).
 BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins = 512, const Progress& progress = {},
-                       int workers = 0);
+                       int workers = 0, bool o_error = false);
 
 }  // namespace lpdiag::analysis
