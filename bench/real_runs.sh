@@ -2,7 +2,7 @@
 # One device call: build gpt2_train for the H200 and record a group of real GPT-2-small runs
 # (docs/REAL_RUNS.md), four at a time on the one GPU. Each trace comes
 # back deflated under $OUT with its log.
-#   bench/real_runs.sh all
+#   bench/real_runs.sh all|safe
 # Needs corpus/kjv.txt (scripts/make-corpus; carry it).
 set -u
 OUT=${OUT:-out/real}
@@ -40,7 +40,14 @@ case ${1:-} in
     run nan-fp32 200 200 --lr 5e-2 --warmup 10 --attention sdpa-fp32 &
     run nan-fix 200 200 --lr 5e-2 --warmup 10 --fix paper &
     wait ;;
-  *) echo "usage: bench/real_runs.sh all"; exit 2 ;;
+  safe)
+    # lpdiag's own fix (the safe shift) on the same three failures and the healthy run.
+    run stall-safe 300 300 --lr 6e-3 --warmup 20 --fix safe &
+    run spike-safe 600 300 --lr 1e-3 --warmup 100 --lr-spike 300:40:8 --fix safe &
+    run explode-safe 200 300 --lr 5e-2 --warmup 10 --fix safe &
+    run healthy-safe 700 300 --lr 6e-4 --warmup 100 --fix safe &
+    wait ;;
+  *) echo "usage: bench/real_runs.sh all|safe"; exit 2 ;;
 esac
 echo "== done $(date +%T)"
 ls -l "$OUT"

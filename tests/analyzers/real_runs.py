@@ -18,6 +18,8 @@ VERDICTS = {
     "explode": (False, "attention_logit_growth"),
     "explode-fp32": (False, "loss_explosion"),
     "explode-fix": (False, "non_finite"),
+    "stall-safe": (False, "attention_logit_growth"),
+    "explode-safe": (False, "attention_logit_growth"),
 }
 # (run, reference): attributable_to_attention_numerics
 REFERENCES = {
@@ -25,6 +27,7 @@ REFERENCES = {
     ("spike", "spike-fp32"): False, ("spike", "spike-fix"): None,
     ("explode", "explode-fp32"): False, ("explode", "explode-fix"): None,
     ("healthy", "stall"): None,
+    ("stall", "stall-safe"): False, ("explode", "explode-safe"): False,
 }
 
 
