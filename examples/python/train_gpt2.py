@@ -75,23 +75,25 @@ for l, b in enumerate(model.blocks):  # lpdiag: role map, GPT-2's fused c_attn
     mon.add_activation(f"h.{l}.out", l)  # lpdiag: each block's output (max |x|, rms)
     b.register_forward_hook(lambda m, i, o, name=f"h.{l}.out": mon.observe_activation(name, o))  # lpdiag
 first = None
-for step in range(args.steps):
-    lr = args.lr * min(1.0, (step + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))
-    for g in opt.param_groups:
-        g["lr"] = lr
-    ix = torch.randint(len(data) - args.block - 1, (args.batch,))
-    x = torch.stack([data[i:i + args.block] for i in ix]).to(args.device)
-    y = torch.stack([data[i + 1:i + args.block + 1] for i in ix]).to(args.device)
-    loss = F.cross_entropy(model(x).view(-1, len(chars)), y.view(-1))
-    opt.zero_grad()
-    loss.backward()
-    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    first = first if first is not None else loss.item()
-    if not mon.record(step, loss.detach(), lr, gn):  # lpdiag: tensors may stay on the device
-        break
-    if step % 25 == 0:
-        print(f"step {step:4d} loss {loss.item():.4f}")
-mon.close()  # lpdiag
+try:  # lpdiag: close the trace on KeyboardInterrupt or any exit from the loop
+    for step in range(args.steps):
+        lr = args.lr * min(1.0, (step + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ix = torch.randint(len(data) - args.block - 1, (args.batch,))
+        x = torch.stack([data[i:i + args.block] for i in ix]).to(args.device)
+        y = torch.stack([data[i + 1:i + args.block + 1] for i in ix]).to(args.device)
+        loss = F.cross_entropy(model(x).view(-1, len(chars)), y.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        first = first if first is not None else loss.item()
+        if not mon.record(step, loss.detach(), lr, gn):  # lpdiag: tensors may stay on the device
+            break
+        if step % 25 == 0:
+            print(f"step {step:4d} loss {loss.item():.4f}")
+finally:
+    mon.close()  # lpdiag
 print(f"loss {first:.4f} -> {loss.item():.4f}; trace {mon.trace_path()}")
 assert loss.item() < first, "loss did not fall"

@@ -17,6 +17,7 @@
 #include "pending_counters.hpp"
 #include "record_fetch.hpp"
 #include "stats_stream.hpp"
+#include "termination_flush.hpp"
 
 namespace lpdiag::hooks {
 
@@ -170,7 +171,7 @@ void Monitor::open_writer() {
   // One chunk per flush: a flushed chunk is complete and never rewritten. A partly filled chunk
   // rewritten at every flush leaves its old copy behind as unreclaimed space in the file (with
   // deflate, a fresh copy per flush: a 1500-record GPT-2-small trace grew to 310 MB).
-  o.chunk_rows = std::max<std::int64_t>(1, flush_every_);
+  o.chunk_rows = std::clamp<std::int64_t>(flush_every_, 1, 1024);
   try {
     writer_ = std::make_unique<TraceWriter>(path_, layout_, h, o);
   } catch (const Error& e) {
@@ -282,6 +283,7 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
 void Monitor::start() {
   open_writer();
   if (no_trace_) return;
+  termination::install();
   group_matrices();
   // A side stream when every matrix lives on one CUDA device; otherwise in line.
   bool one_cuda = !matrices_.empty();
@@ -315,6 +317,12 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   TORCH_CHECK(loss.is_floating_point() && grad_norm.is_floating_point(),
               "lpdiag.Monitor.record: loss and grad_norm must be floating point, got ", loss.scalar_type(), " and ",
               grad_norm.scalar_type());
+  if (const int sig = termination::pending(); sig != 0 && writer_) {
+    // SIGTERM / SIGINT arrived since the last record: keep everything recorded, then end as the
+    // signal would have.
+    close();
+    termination::reraise(sig);
+  }
   if (!writer_ && !no_trace_) start();
   if (no_trace_) {
     ++records_;
