@@ -1,5 +1,7 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 
+#include <cstdio>
+
 #include "pending_counters.hpp"
 
 namespace lpdiag::hooks {
@@ -40,9 +42,21 @@ bool CaptureBoard::take(std::int64_t layer, CaptureRequest& out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(layer);
   if (it == pending_.end()) return false;
+  if (step_ >= 0 && it->second.step >= 0 && it->second.step != step_) {
+    if (it->second.step > step_) return false;  // not yet
+    std::fprintf(stderr, "lpdiag: capture of layer %lld at step %lld dropped: that step has already run (now at step %lld)\n",
+                 (long long)layer, (long long)it->second.step, (long long)step_);
+    pending_.erase(it);
+    return false;
+  }
   out = it->second;
   pending_.erase(it);
   return true;
+}
+
+void CaptureBoard::set_step(std::int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
 }
 
 void CaptureBoard::done(const std::string& path) {

@@ -61,6 +61,9 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
     TORCH_CHECK(!WriterLock::held_by_another(path_), "lpdiag.Monitor: ", path_,
                 " is being recorded by another writer now; give this run another path (it was left untouched)");
   }
+  // Until the first record says otherwise, the next forward is step 0 (a run that starts at step
+  // k > 0 cannot have its very first step captured by number).
+  CaptureBoard::instance().set_step(0);
   for (int64_t l = 0; l < n_layer; ++l)
     layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
 }
@@ -324,6 +327,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
     termination::reraise(sig);
   }
   if (!writer_ && !no_trace_) start();
+  CaptureBoard::instance().set_step(step + 1);  // the next forward belongs to the next step
   if (no_trace_) {
     ++records_;
     return !(stop_on_nan_ && !std::isfinite(loss.item<double>()));

@@ -138,11 +138,13 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   mon->request_capture(0, 2);
   std::vector<double> want_max, want_rms;  // of the attention output, from the same values in fp64
   bool keep = true;
+  torch::Tensor q_step2;
   for (int64_t step = 0; step < 5 && keep; ++step) {
     auto x = torch::randn({2, 12, C});
     auto qkv = torch::matmul(x, w.t()).split(C, 2);
     auto heads = [&](const torch::Tensor& t) { return t.view({2, 12, H, d}).transpose(1, 2).to(torch::kBFloat16); };
-    if (step == 2) mon->request_capture(0, 2);
+    // The capture was requested for step 2 before step 0: it must hold step 2's inputs.
+    if (step == 2) q_step2 = heads(qkv[0]).to(torch::kFloat32).contiguous();
     auto o = attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true, "fa2", "none", "full", 0);
     if (step != 1) {  // an activation not observed at a step stays unmeasured (NaN)
       mon->observe_activation("blk0.attn_out", o);
@@ -221,6 +223,9 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   CHECK(c.step == 2);
   CHECK((c.B == 2 && c.H == H && c.N == 12 && c.d == d));
   CHECK(c.causal);
+  REQUIRE(q_step2.defined());
+  REQUIRE(c.q.size() == static_cast<std::size_t>(q_step2.numel()));
+  CHECK(std::equal(c.q.begin(), c.q.end(), q_step2.data_ptr<float>()));  // bit-exact: bf16 values stored as float
 }
 
 TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the threshold", "[hooks][monitor]") {

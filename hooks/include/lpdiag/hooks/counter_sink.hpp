@@ -37,7 +37,11 @@ class CaptureBoard {
  public:
   static CaptureBoard& instance();
   void request(const CaptureRequest& r);
-  bool take(std::int64_t layer, CaptureRequest& out);  // removes the request for that layer
+  // The request for `layer` if it is due at the current step (removed then); a request for a step
+  // already past is dropped with one line on stderr. With the step unknown (-1), every request is due.
+  bool take(std::int64_t layer, CaptureRequest& out);
+  // The step whose forward runs next (the Monitor sets it after each record; -1: unknown).
+  void set_step(std::int64_t step);
   void done(const std::string& path);
   std::vector<std::string> drain_done();
 
@@ -45,6 +49,7 @@ class CaptureBoard {
   std::mutex mu_;
   std::map<std::int64_t, CaptureRequest> pending_;
   std::vector<std::string> done_;
+  std::int64_t step_ = -1;
 };
 
 }  // namespace lpdiag::hooks
