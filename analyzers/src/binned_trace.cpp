@@ -153,7 +153,8 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
           for (std::int64_t h = 0; h < a.heads; ++h) {
             const auto x = static_cast<std::size_t>(i * a.heads + h);
             HeadBin& b = acc[static_cast<std::size_t>(h)];
-            if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
+            if (rows[x] > 0 && rep[x] > rows[x]) ++bt.rates_above_one;
+            else if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
             if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
             if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
             // logit_max is a max of |S|-sized scores: negative or NaN is unmeasured, +Inf kept.
@@ -173,15 +174,18 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
     for (const Q& q : qs) {
       const std::string w = "/weights/" + q.name + "/", u = "/updates/" + q.name + "/";
       r.read_series(w + "spectral_norm", r0, m, sig);
-      for (std::int64_t i = 0; i < m; ++i)
-        if (measured(sig[i])) bt.layer_bins[q.slot * K + bin[i]].sigma_sum += sig[i], bt.layer_bins[q.slot * K + bin[i]].sigma_n += 1;
+      for (std::int64_t i = 0; i < m; ++i) {
+        if (sig[i] < 0) ++bt.negative_norms;
+        else if (measured(sig[i])) bt.layer_bins[q.slot * K + bin[i]].sigma_sum += sig[i], bt.layer_bins[q.slot * K + bin[i]].sigma_n += 1;
+      }
       if (q.heads > 0) {
         bt.has_head_sigma = true;
         r.read_series(w + "head_spectral_norm", r0, m, hs);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t h = 0; h < std::min(q.heads, bt.heads); ++h) {
             const double v = hs[static_cast<std::size_t>(i * q.heads + h)];
-            if (!measured(v)) continue;
+            if (v < 0) ++bt.negative_norms;
+            if (!measured(v) || v < 0) continue;
             HeadBin& b = bt.head_bins[(q.slot * H + static_cast<std::size_t>(h)) * K + bin[i]];
             b.sigma_sum += v, b.sigma_n += 1;
           }
@@ -238,6 +242,7 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
   into.has_head_sigma = into.has_head_sigma || part.has_head_sigma;
   into.has_updates = into.has_updates || part.has_updates;
   into.has_logits = into.has_logits || part.has_logits;
+  into.rates_above_one += part.rates_above_one, into.negative_norms += part.negative_norms;
 }
 
 // nan_inf events (few, read whole) mark non-finite values the rows cannot show: a NaN loss is

@@ -66,3 +66,29 @@ TEST_CASE("a decaying noisy loss is healthy", "[analyzers][verdict]") {
   const auto c = analysis::reconstruct_chain(analysis::bin_traces({path}));
   CHECK(c.run.healthy);
 }
+
+TEST_CASE("values that cannot be right are skipped and named in a warning", "[analyzers][verdict]") {
+  const std::string path = lpdiag_test::temp_path("verdict", "nonsense.h5");
+  TraceLayout L;
+  L.scalars = {"loss", "lr", "grad_norm"};
+  L.attention.push_back({"a0", 0, 2, 64, "fa2", R"({"kind":"none"})"});
+  L.matrices.push_back({"a0.q", "attn_q", 0, 128, 128, 2, "a0.q"});
+  {
+    TraceWriter w(path, L);
+    for (int r = 0; r < 40; ++r) {
+      TraceRecord rec = TraceRecord::unmeasured(L, r);
+      rec.scalars = {3.0 - 0.01 * r, 1e-3, 1.0};
+      for (auto& c : rec.attention[0]) c = HeadCounters{}, c.rows = 100, c.repeated_max_rows = r == 7 ? 500 : 1;
+      rec.weights[0].spectral_norm = r == 9 ? -2.0 : 1.0;
+      rec.weights[0].head_spectral_norm = {1.0, 1.0};
+      w.append(rec);
+    }
+  }
+  const auto t = analysis::bin_traces({path});
+  CHECK(t.rates_above_one == 2);  // both heads of record 7
+  CHECK(t.negative_norms == 1);
+  const auto c = analysis::reconstruct_chain(t);
+  bool warned = false;
+  for (const auto& f : c.findings) warned |= f.find("WARNING: the trace holds values that cannot be right") == 0;
+  CHECK(warned);
+}
