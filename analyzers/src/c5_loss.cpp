@@ -1,5 +1,5 @@
-// C5 loss explosion: a loss spike, robust z >= 8 over the rolling median of the preceding bins,
-// or a non-finite loss.
+// C5 loss explosion: a loss spike, robust z >= 8 over the rolling median of the preceding bins and
+// sustained over the next bins, or a non-finite loss.
 #include <fmt/core.h>
 
 #include "lpdiag/analyzers/links.hpp"
@@ -34,6 +34,10 @@ LinkResult analyze_loss(const BinnedTrace& t) {
     const double z = (x[b] - med) / sd;
     const bool spike = std::isinf(x[b]) || (z >= 8 && x[b] >= med + 0.3 * std::fabs(med));
     if (!spike) continue;
+    // Sustained: a single noisy batch that the next steps undo is no explosion. The median over
+    // the bins from b on (a fiftieth of the run, at least 3) must stay 15% above.
+    const auto after = tools::finite_values(x, b, b + std::max(3, K / 50));
+    if (!std::isinf(x[b]) && after.size() >= 2 && !(tools::median(after) >= med + 0.15 * std::fabs(med))) continue;
     r.present = true;
     r.onset_bin = b;
     r.onset_step = t.bin_step(b);

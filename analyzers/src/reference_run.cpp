@@ -50,6 +50,20 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     r.evidence = both + ": RUN did not fail, there is no failure to attribute" + cfg;
     return r;
   }
+  // RUN failed on attention logits that REF, with PyTorch's own attention, did not record: REF's
+  // "healthy" is then blind to that failure. Its loss decides: the same loss as RUN's means the
+  // other numerics changed nothing; a clearly lower one means they saved the run.
+  if (b.healthy && a.failure.kind == "attention_logit_growth" && b.max_logit < 0) {
+    const double rel = std::isfinite(a.final_loss) && std::isfinite(b.final_loss) && b.final_loss != 0
+                           ? (a.final_loss - b.final_loss) / std::fabs(b.final_loss)
+                           : NAN;
+    const std::string base = both + fmt::format(": REF recorded no attention logits (RUN failed on them); final loss {:.4g} against {:.4g}",
+                                                a.final_loss, b.final_loss);
+    if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
+    else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower", 100 * rel) + cfg;
+    else r.evidence = base + ": too close to tell, too far to call alike; record REF with lpdiag's attention to compare logits" + cfg;
+    return r;
+  }
   if (b.healthy) {
     r.attributable = true;
     r.evidence = both + ": the same run with other attention numerics did not fail" +

@@ -10,7 +10,10 @@ import sys
 VERDICTS = {
     "healthy": (True, None),
     "stall": (False, "attention_logit_growth"),
-    "stall-fp32": (False, "loss_explosion"),
+    # Its own trace shows no failure: PyTorch's attention records no logits, the spike at step 22
+    # is undone within steps, the loss plateaus as the bf16 run's does (the reference comparison
+    # with `stall` reads that from the losses).
+    "stall-fp32": (True, None),
     "stall-fix": (False, "non_finite"),
     "spike": (False, "loss_explosion"),
     "spike-fp32": (False, "loss_explosion"),

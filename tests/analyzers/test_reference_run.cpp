@@ -44,3 +44,16 @@ TEST_CASE("reference: differences beyond the numerics are named", "[reference]")
   CHECK(r.config_differences[0].find("lr") == 0);
   CHECK(r.evidence.find("weaker") != std::string::npos);
 }
+
+TEST_CASE("reference: a REF without logits is judged by its loss when RUN failed on logits", "[reference]") {
+  ChainResult run = with_verdict(false, "attention_logit_growth", 3);
+  run.run.final_loss = 2.374, run.run.max_logit = 17000;
+  ChainResult same = with_verdict(true), better = with_verdict(true);
+  same.run.final_loss = 2.373, better.run.final_loss = 1.9;  // max_logit -1: none recorded
+  const auto a = compare_with_reference("r", run, same, cfg, cfg_fp32);
+  REQUIRE(a.attributable.has_value());
+  CHECK_FALSE(*a.attributable);
+  const auto b = compare_with_reference("r", run, better, cfg, cfg_fp32);
+  REQUIRE(b.attributable.has_value());
+  CHECK(*b.attributable);
+}
