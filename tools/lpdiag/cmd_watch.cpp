@@ -113,7 +113,7 @@ int run_watch(const WatchArgs& a) {
 
 Registration register_watch(CLI::App& app) {
   auto args = std::make_shared<WatchArgs>();
-  CLI::App* sub = app.add_subcommand("watch", "Follow a live trace and print each link of the chain as it appears");
+  CLI::App* sub = app.add_subcommand("watch", "Follow a live trace and print the run verdict and each link of the chain as they appear");
   sub->add_option("trace", args->path, "Trace file being written")->required();
   sub->add_option("--interval", args->interval, "Seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--wait", args->wait, "Seconds to wait for the file to appear")->capture_default_str();
