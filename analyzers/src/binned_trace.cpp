@@ -5,6 +5,7 @@
 #include <map>
 
 #include "lpdiag/error.hpp"
+#include "lpdiag/trace/step_order.hpp"
 #include "binning_steps.hpp"
 
 namespace lpdiag::analysis {
@@ -108,13 +109,9 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
     const std::int64_t m = std::min(kChunk, range.row1 - r0);
     r.read_counts("/step", r0, m, steps);
+    check_step_order(r.path(), r0, steps.data(), static_cast<std::size_t>(m), prev);
     bin.resize(static_cast<std::size_t>(m));
     for (std::int64_t i = 0; i < m; ++i) {
-      if (steps[i] <= prev)
-        throw InputError(r.path() + ": /step is not strictly increasing: row " + std::to_string(r0 + i) + " has step " +
-                         std::to_string(steps[i]) + " after step " + std::to_string(prev) +
-                         " (a trace written by two runs, or rows out of order); the rows cannot be placed in time");
-      prev = steps[i];
       const double x = double(steps[i] - bt.first_step) / bt.bin_width;
       bin[i] = std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)));
       StepBin& sb = bt.steps[bin[i]];

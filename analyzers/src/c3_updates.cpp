@@ -7,38 +7,6 @@
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
-namespace {
-
-struct Rise {
-  bool ok = false;
-  int onset = -1;
-  double before = 0, after = 0, d = 0, margin = 0;
-};
-
-// A sustained step up of at least max(5 noise s.d., 0.15).
-Rise step_up(const std::vector<double>& x, int K) {
-  Rise r;
-  if (tools::finite_values(x, 0, K).size() < 6) return r;
-  const auto xs = cp::running_median(x, std::max(1, K / 200));
-  const cp::Fit f = cp::fit_ramp(xs, 2, std::max(3, K / 25), false, +1);
-  if (!f.ok) return r;
-  const double noise = cp::diff_noise_sd(x);
-  r.margin = std::max(5 * noise, 0.15);
-  r.d = cp::step_effect(f);
-  if (!(r.d >= r.margin)) return r;
-  int n = 0, up = 0;
-  for (int b = std::min(f.tau + std::max(0, f.width), std::max(f.tau, K - std::max(3, K / 25))); b < K; ++b)
-    if (std::isfinite(xs[b])) ++n, up += xs[b] - f.a - f.s * b > cp::effect_at(f, b) / 2;
-  if (n == 0 || up < 0.7 * n) return r;
-  r.onset = cp::walk_back_onset(xs, f, std::max(3 * noise / std::sqrt(2.0 * std::max(1, K / 200) + 1), r.d / 10), +1);
-  r.before = f.a + f.s * r.onset;
-  r.after = tools::mean_of(x, f.tau, K);
-  r.ok = true;
-  return r;
-}
-
-}  // namespace
-
 LinkResult analyze_updates(const BinnedTrace& t) {
   LinkResult best;
   best.id = "C3";
@@ -52,7 +20,7 @@ LinkResult analyze_updates(const BinnedTrace& t) {
       if (x.sim_n > 0) sim[b] = x.sim_sum / x.sim_n;
       if (x.conc_n > 0) conc[b] = x.conc_sum / x.conc_n;
     }
-    const Rise rs = step_up(sim, K), rc = step_up(conc, K);
+    const cp::Rise rs = cp::sustained_rise(sim, 5, 0.15), rc = cp::sustained_rise(conc, 5, 0.15);
     if (!rs.ok || !rc.ok) continue;
     if (rs.d <= best_effect) continue;
     best_effect = rs.d;

@@ -186,4 +186,27 @@ int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, d
   return onset;
 }
 
+Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change) {
+  Rise r;
+  const int K = static_cast<int>(x.size());
+  if (tools::finite_values(x, 0, K).size() < 6) return r;
+  const int smooth = std::max(1, K / 200), min_post = std::max(3, K / 25);
+  const auto xs = running_median(x, smooth);
+  const Fit f = fit_ramp(xs, 2, min_post, false, +1);
+  if (!f.ok) return r;
+  r.noise = diff_noise_sd(x);
+  r.margin = std::max(noise_sds * r.noise, min_change);
+  r.d = step_effect(f);
+  if (!(r.d > r.margin)) return r;
+  int n = 0, up = 0;
+  for (int b = std::min(f.tau + std::max(0, f.width), std::max(f.tau, K - min_post)); b < K; ++b)
+    if (std::isfinite(xs[b])) ++n, up += xs[b] - f.a - f.s * b > effect_at(f, b) / 2;
+  if (n == 0 || up < 0.7 * n) return r;
+  r.onset = walk_back_onset(xs, f, std::max(3 * r.noise / std::sqrt(2.0 * smooth + 1), r.d / 10), +1);
+  r.before = f.a + f.s * r.onset;
+  r.after = tools::mean_of(x, f.tau, K);
+  r.ok = true;
+  return r;
+}
+
 }  // namespace lpdiag::analysis::cp

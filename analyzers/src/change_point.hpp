@@ -46,4 +46,15 @@ double hinge_effect(const Fit& f, int b);
 // beyond the pre-change trend in the direction `sign` (+1 rise, -1 fall), up to tau.
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign);
 
+// A sustained rise of a rate-like series (no drift term): a step or ramp up of at least
+// max(noise_sds noise s.d., min_change), with >= 70% of the bins after it above half the fitted
+// change; onset walked back to where the series leaves its level.
+struct Rise {
+  bool ok = false;
+  int onset = -1;
+  double before = 0, after = 0;  // the level at the onset, the mean from the change on
+  double d = 0, margin = 0, noise = 0;
+};
+Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change);
+
 }  // namespace lpdiag::analysis::cp

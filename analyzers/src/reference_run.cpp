@@ -27,6 +27,10 @@ std::vector<std::string> differences(const std::string& a, const std::string& b)
   return out;
 }
 
+// Whether a run's trace holds the signal a failure of `kind` is read from: the loss is in every
+// trace; attention logits only where lpdiag's attention ran.
+bool observes(const RunVerdict& v, const std::string& kind) { return kind != "attention_logit_growth" || v.max_logit >= 0; }
+
 std::string describe(const RunVerdict& v) {
   return v.healthy ? std::string("healthy") : fmt::format("{} from step {}", v.failure.kind, v.failure.onset_step);
 }
@@ -50,18 +54,18 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     r.evidence = both + ": RUN did not fail, there is no failure to attribute" + cfg;
     return r;
   }
-  // RUN failed on attention logits that REF, with PyTorch's own attention, did not record: REF's
+  // RUN failed on a signal REF did not record (logits, with PyTorch's own attention): REF's
   // "healthy" is then blind to that failure. Its loss decides: the same loss as RUN's means the
   // other numerics changed nothing; a clearly lower one means they saved the run.
-  if (b.healthy && a.failure.kind == "attention_logit_growth" && b.max_logit < 0) {
+  if (b.healthy && !observes(b, a.failure.kind)) {
     const double rel = std::isfinite(a.final_loss) && std::isfinite(b.final_loss) && b.final_loss != 0
                            ? (a.final_loss - b.final_loss) / std::fabs(b.final_loss)
                            : NAN;
-    const std::string base = both + fmt::format(": REF recorded no attention logits (RUN failed on them); final loss {:.4g} against {:.4g}",
-                                                a.final_loss, b.final_loss);
+    const std::string base = both + fmt::format(": REF does not record what RUN failed on ({}); final loss {:.4g} against {:.4g}",
+                                                a.failure.kind, a.final_loss, b.final_loss);
     if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
     else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower", 100 * rel) + cfg;
-    else r.evidence = base + ": too close to tell, too far to call alike; record REF with lpdiag's attention to compare logits" + cfg;
+    else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare" + cfg;
     return r;
   }
   if (b.healthy) {

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/capture.hpp"
+#include "lpdiag/trace/step_order.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 
 namespace lpdiag {
@@ -84,22 +86,13 @@ void touch_rows(const TraceReader& r, std::int64_t row0, std::int64_t n) {
   for (const auto& a : r.layout().activations) r.series("/activations/" + a.name + "/max_abs", row0, n);
 }
 
-// Every row's step: strictly increasing (TRACE_FORMAT.md), or the analysis would bin rows at the
-// wrong time and read false evidence. Says where it breaks and how.
+// Every row's step, in blocks.
 void check_steps(const TraceReader& r) {
   const std::int64_t n = r.records();
-  std::int64_t prev = 0;
+  std::int64_t prev = INT64_MIN;
   for (std::int64_t r0 = 0; r0 < n; r0 += 65536) {
     const auto s = r.steps(r0, std::min<std::int64_t>(65536, n - r0));
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      const std::int64_t row = r0 + static_cast<std::int64_t>(i);
-      if (s[i] < 0) throw InputError(r.path() + ": /step[" + std::to_string(row) + "] = " + std::to_string(s[i]) + " is negative");
-      if (row > 0 && s[i] <= prev)
-        throw InputError(r.path() + ": /step is not strictly increasing: row " + std::to_string(row) + " has step " + std::to_string(s[i]) +
-                         " after step " + std::to_string(prev) + " (a trace written by two runs, or rows out of order); "
-                         "the rows cannot be placed in time");
-      prev = s[i];
-    }
+    check_step_order(r.path(), r0, s.data(), s.size(), prev);
   }
 }
 

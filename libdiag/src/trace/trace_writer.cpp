@@ -106,7 +106,19 @@ struct TraceWriter::Impl {
   void do_flush();
   void check_headroom() const;
   void report_failure(const std::string& msg);
+  // Forgets every HDF5 handle without closing it (nothing more is written) and drops the lock.
+  void abandon();
 };
+
+void TraceWriter::Impl::abandon() {
+  for (Column& c : columns) c.dset.abandon();
+  step.dset.abandon();
+  events.abandon();
+  event_type.reset();
+  file.abandon();
+  H5Eclear2(H5E_DEFAULT);
+  lock.reset();
+}
 
 h5::Handle TraceWriter::Impl::make_group(const std::string& p) {
   return h5::group_handle(H5Gcreate2(file.get(), p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -387,13 +399,8 @@ TraceWriter::TraceWriter(const std::string& path, const TraceLayout& layout, con
     // Creation failed after the file was truncated (a full disk, a size limit): what is there is
     // not a trace. Remove it, unless the failure was the lock (then it is another writer's).
     if (impl_->lock) {
-      for (Column& c : impl_->columns) c.dset.abandon();
-      impl_->step.dset.abandon();
-      impl_->events.abandon();
-      impl_->file.abandon();
-      H5Eclear2(H5E_DEFAULT);
       ::unlink(path.c_str());
-      impl_->lock.reset();
+      impl_->abandon();
     }
     throw;
   }
@@ -480,13 +487,7 @@ void TraceWriter::close() {
   if (s.failed) {
     // A write already failed (disk full, size limit): the file is consistent as of its last
     // flush (SWMR), and closing it would write metadata that may not fit. Leave it as it is.
-    for (Column& c : s.columns) c.dset.abandon();
-    s.step.dset.abandon();
-    s.events.abandon();
-    s.event_type.reset();
-    s.file.abandon();
-    H5Eclear2(H5E_DEFAULT);
-    s.lock.reset();
+    s.abandon();
     return;
   }
   for (Column& c : s.columns) c.dset.reset();
