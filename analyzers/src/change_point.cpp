@@ -9,60 +9,30 @@
 namespace lpdiag::analysis::cp {
 namespace {
 
-// Least squares of x on the columns (1, b, g(b)) over the finite bins; g = nullptr: (1, b) only.
-// Returns the SSE and the coefficients.
-// drift = false: the columns (1, g(b)) only (coef[1] = 0).
+// Least squares of x on the columns 1, b (with `drift`) and g(b) (with `with_g`) over the finite
+// bins. coef = {intercept, drift slope, g coefficient}, 0 for a column left out; returns the SSE.
 template <class G>
 double lsq3(const std::vector<double>& x, G g, bool with_g, double coef[3], bool drift = true) {
-  if (!drift) {
-    double m[2][2] = {}, r[2] = {};
-    int n = 0;
-    for (int b = 0; b < static_cast<int>(x.size()); ++b) {
-      if (!std::isfinite(x[b])) continue;
-      const double v[2] = {1.0, with_g ? g(b) : 0.0};
-      for (int i = 0; i < 2; ++i) {
-        r[i] += v[i] * x[b];
-        for (int j = 0; j < 2; ++j) m[i][j] += v[i] * v[j];
-      }
-      ++n;
-    }
-    coef[0] = coef[1] = coef[2] = 0;
-    if (n < 1) return INFINITY;
-    if (!with_g) coef[0] = r[0] / m[0][0];
-    else {
-      const double det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
-      if (std::fabs(det) < 1e-12) return INFINITY;
-      coef[0] = (r[0] * m[1][1] - m[0][1] * r[1]) / det;
-      coef[2] = (m[0][0] * r[1] - m[1][0] * r[0]) / det;
-    }
-    double sse = 0;
-    for (int b = 0; b < static_cast<int>(x.size()); ++b) {
-      if (!std::isfinite(x[b])) continue;
-      const double e = x[b] - coef[0] - (with_g ? coef[2] * g(b) : 0.0);
-      sse += e * e;
-    }
-    return sse;
-  }
-  double m[3][3] = {}, r[3] = {};
+  int cols[3], k = 0;  // which of (1, b, g) are in the model
+  cols[k++] = 0;
+  if (drift) cols[k++] = 1;
+  if (with_g) cols[k++] = 2;
+  auto value = [&](int col, int b) { return col == 0 ? 1.0 : col == 1 ? double(b) : g(b); };
+  double a[3][4] = {};
   int n = 0;
   for (int b = 0; b < static_cast<int>(x.size()); ++b) {
     if (!std::isfinite(x[b])) continue;
-    const double v[3] = {1.0, double(b), with_g ? g(b) : 0.0};
-    for (int i = 0; i < 3; ++i) {
-      r[i] += v[i] * x[b];
-      for (int j = 0; j < 3; ++j) m[i][j] += v[i] * v[j];
+    double v[3];
+    for (int i = 0; i < k; ++i) v[i] = value(cols[i], b);
+    for (int i = 0; i < k; ++i) {
+      a[i][k] += v[i] * x[b];
+      for (int j = 0; j < k; ++j) a[i][j] += v[i] * v[j];
     }
     ++n;
   }
   coef[0] = coef[1] = coef[2] = 0;
-  const int k = with_g ? 3 : 2;
   if (n < k) return INFINITY;
-  // Gaussian elimination with partial pivoting on the k x k system (tiny, well scaled enough).
-  double a[3][4];
-  for (int i = 0; i < k; ++i) {
-    for (int j = 0; j < k; ++j) a[i][j] = m[i][j];
-    a[i][k] = r[i];
-  }
+  // Gauss-Jordan with partial pivoting on the k x k system (k <= 3).
   for (int c = 0; c < k; ++c) {
     int p = c;
     for (int i = c + 1; i < k; ++i)
@@ -75,7 +45,7 @@ double lsq3(const std::vector<double>& x, G g, bool with_g, double coef[3], bool
       for (int j = c; j <= k; ++j) a[i][j] -= f * a[c][j];
     }
   }
-  for (int i = 0; i < k; ++i) coef[i] = a[i][k] / a[i][i];
+  for (int i = 0; i < k; ++i) coef[cols[i]] = a[i][k] / a[i][i];
   double sse = 0;
   for (int b = 0; b < static_cast<int>(x.size()); ++b) {
     if (!std::isfinite(x[b])) continue;
@@ -138,16 +108,6 @@ double diff_noise_sd(const std::vector<double>& x) {
   return tools::robust_sd(d) / std::sqrt(2.0);
 }
 
-Fit fit_step(const std::vector<double>& x, int min_pre, int min_post) {
-  return best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; });
-}
-
-Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post) {
-  Fit f = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? double(b - tau) : 0.0; });
-  f.width = -1;
-  return f;
-}
-
 Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift, double sign) {
   const int K = static_cast<int>(x.size());
   Fit best = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; }, drift, sign);
@@ -173,7 +133,6 @@ double effect_at(const Fit& f, int b) {
 
 double step_effect(const Fit& f) { return f.width < 0 ? f.change * std::max(0, f.n - 1 - f.tau) : f.change; }
 
-double hinge_effect(const Fit& f, int b) { return effect_at(f, b); }
 
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign) {
   if (!f.ok) return -1;

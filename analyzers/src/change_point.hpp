@@ -30,18 +30,15 @@ struct Fit {
 std::vector<double> running_median(const std::vector<double>& x, int w);
 // Robust per-bin noise s.d. from the first differences of consecutive finite values.
 double diff_noise_sd(const std::vector<double>& x);
-// Best step or hinge fit with at least `min_pre` bins of data before tau and `min_post` from it.
-Fit fit_step(const std::vector<double>& x, int min_pre, int min_post);
-Fit fit_hinge(const std::vector<double>& x, int min_pre, int min_post);
 // Best of a step, linear ramps of K/50, K/20, K/10, K/5 and K/3 bins, and a hinge (growth that does
-// not level off): x = a + s b + D r((b - tau) / w). A ramp's tau is where it starts.
+// not level off): x = a + s b + D r((b - tau) / w), with at least `min_pre` bins of data before
+// tau and `min_post` from it. A ramp's tau is where it starts.
 // drift = false: no drift term (a series whose background is already removed); sign: only
 // changes of that sign (+1 rises, -1 falls, 0 either).
 Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift = true, double sign = 0);
 // The model's change at bin b over the pre-change trend.
 double effect_at(const Fit& f, int b);
-double step_effect(const Fit& f);
-double hinge_effect(const Fit& f, int b);
+double step_effect(const Fit& f);  // the whole change (a hinge: at the last bin)
 // Walks back from f.tau to the first bin from which `x` (smoothed) stays at least `margin`
 // beyond the pre-change trend in the direction `sign` (+1 rise, -1 fall), up to tau.
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign);
