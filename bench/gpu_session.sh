@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -14,12 +14,26 @@ stage configure
 CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 grep -E "CUDA kernels|LibTorch|libstdc" "$OUT/configure.log"
 stage build
-ninja -C $B -k 0 >"$OUT/build.log" 2>&1
+# TARGETS (space-separated) limits the build to what the stages need.
+ninja -C $B -k 0 ${TARGETS:-} >"$OUT/build.log" 2>&1
 echo "build rc=$?"
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 grep -B1 -E "spill|Used [0-9]+ registers" "$OUT/build.log" | grep -A1 "sm_90" | grep -E "Used|spill" | sort | uniq -c | head -40 >"$OUT/registers.txt"
 for s in "$@"; do
   case $s in
+    mmaprobe)
+      # The tensor cores' accumulation recorded (two fixed seeds), the MMA model checked on a
+      # fresh one, the MUFU's ex2 surveyed, and the CPU fa2 policy against both forward kernels.
+      stage "mma_probe"
+      for seed in 1 2; do $B/tests/mma_probe "$OUT/mma-$seed.bin" $seed; done
+      $B/tests/mma_probe --check | tee "$OUT/mma-check.log" | tail -20
+      $B/tests/mma_probe --ex2 "$OUT/ex2-delta.bin" >"$OUT/ex2.log" 2>&1; echo "ex2 rc=$?"; cat "$OUT/ex2.log"
+      for eng in wgmma mma; do
+        stage "test_fa2_emulation ($eng)"
+        LPDIAG_FLASH_FORWARD=$eng timeout 300 $B/tests/test_fa2_emulation --dump "$OUT/kernel-$eng.bin" >"$OUT/fa2-emulation-$eng.log" 2>&1; echo "rc=$?"
+        tail -3 "$OUT/fa2-emulation-$eng.log"
+      done
+      (cd "$OUT" && gzip -9 kernel-*.bin ex2-delta.bin) ;;
     tests)
       # Every gpu-labelled test: the default kernels (wgmma on a 9.0 device), the mma.sync ones,
       # the wgmma forward at both block heights, the operand layouts; then the gradient check

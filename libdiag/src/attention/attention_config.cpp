@@ -11,6 +11,7 @@ namespace lpdiag {
 const char* policy_name(Policy p) {
   switch (p) {
     case Policy::fa2: return "fa2";
+    case Policy::fa2_sequential: return "fa2-seq";
     case Policy::seed: return "seed";
     case Policy::fp32: return "fp32";
     case Policy::fp8_p: return "fp8-p";
@@ -20,10 +21,11 @@ const char* policy_name(Policy p) {
 
 Policy parse_policy(const std::string& name) {
   if (name == "fa2") return Policy::fa2;
+  if (name == "fa2-seq") return Policy::fa2_sequential;
   if (name == "seed") return Policy::seed;
   if (name == "fp32") return Policy::fp32;
   if (name == "fp8-p" || name == "fp8-p:e4m3" || name == "fp8-p:e5m2") return Policy::fp8_p;
-  throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, seed, fp32, fp8-p or fp8-p:e5m2");
+  throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, fa2-seq, seed, fp32, fp8-p or fp8-p:e5m2");
 }
 
 std::string FixConfig::name() const {

@@ -9,7 +9,8 @@
 namespace lpdiag {
 
 const std::vector<std::string>& probe_family_names() {
-  static const std::vector<std::string> names = {"iid", "sinks", "dup-keys", "skewed-v", "large-logits", "long-rows", "zero-max"};
+  static const std::vector<std::string> names = {"iid",          "sinks",     "dup-keys", "skewed-v",
+                                                 "large-logits", "long-rows", "zero-max", "strong-sinks"};
   return names;
 }
 
@@ -17,8 +18,10 @@ ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t 
   ProbeCase pc;
   pc.family = family;
   pc.causal = causal;
-  pc.H = 4;
-  pc.N = family == "long-rows" ? 2048 : 256;
+  const bool strong = family == "strong-sinks";
+  pc.B = strong ? 2 : 1;
+  pc.H = strong ? 8 : 4;
+  pc.N = family == "long-rows" ? 2048 : strong ? 512 : 256;
   pc.d = 64;
   std::mt19937_64 rng(seed ^ std::hash<std::string>{}(family) ^ (causal ? 0x9E37u : 0u));
   std::normal_distribution<float> g;
@@ -77,6 +80,23 @@ ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t 
     pc.description = "q = 0: every score is exactly 0, so every row's max (0) is repeated";
     for (float& x : pc.q) x = 0.0f;
     each_head([&](float*, float*, float* v, float* dout) { one_signed(v, dout); });
+  } else if (strong) {
+    pc.description =
+        "strong sinks: 2-4 identical keys score 12-20 above the rest for every query (logits of the rest ~N(0,1)); "
+        "half of V's columns negative in [-2,-1), the rest N(0,1); dO = |N(0,1)|";
+    std::uniform_int_distribution<int> n_sinks(2, 4);
+    std::uniform_real_distribution<float> gap(12.0f, 20.0f), neg(-2.0f, -1.0f);
+    each_head([&](float* q, float* k, float* v, float* dout) {
+      const int ns = n_sinks(rng);
+      const float a = std::sqrt(gap(rng) * root_d);  // sink logit - rest: a^2 / sqrt(d), before the N(0,1) part
+      for (std::int64_t i = 0; i < N; ++i) q[i * d] = a;
+      for (std::int64_t j = 0; j < N; ++j) k[j * d] = j < ns ? a : 0.0f;
+      for (std::int64_t j = 1; j < ns; ++j)
+        for (std::int64_t c = 1; c < d; ++c) k[j * d + c] = k[c];
+      for (std::int64_t j = 0; j < N; ++j)
+        for (std::int64_t c = d / 2; c < d; ++c) v[j * d + c] = neg(rng);
+      for (std::int64_t x = 0; x < N * d; ++x) dout[x] = std::fabs(dout[x]);
+    });
   } else {
     std::string names;
     for (const auto& f : probe_family_names()) names += (names.empty() ? "" : ", ") + f;

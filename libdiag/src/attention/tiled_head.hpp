@@ -11,11 +11,17 @@
 
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/numerics/convert.hpp"
+#include "lpdiag/numerics/mma_model.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
 namespace lpdiag::detail {
 
-enum class Mode { fa2, seed, fp32, fp8, hp };
+// fa2: lpdiag's CUDA kernels (MMA accumulation, MUFU exp input, the lane order of the row sum);
+// fa2_seq: the same policy with every product added one at a time in fp32.
+enum class Mode { fa2, fa2_seq, seed, fp32, fp8, hp };
+
+template <Mode M>
+constexpr bool is_fa2 = M == Mode::fa2 || M == Mode::fa2_seq;
 
 struct HeadShape {
   std::int64_t N = 0, d = 0;
@@ -40,30 +46,40 @@ inline Real<M> score(Real<M> sum, double scale) {
 }
 
 // exp(a - b) with the policy's rounding of the difference and of the result.
+// e^x as the kernels take it: 2^(x log2 e) with x log2 e rounded to fp32 (then the MUFU's ex2,
+// emulated as the correctly rounded 2^y; the MUFU is within ~2 ulps of it) and subnormal
+// results flushed to zero (ex2.approx.ftz).
+inline float exp_mufu(float x) {
+  const float y = x * 1.4426950408889634f;
+  const float r = static_cast<float>(std::exp2(static_cast<double>(y)));
+  return r < std::numeric_limits<float>::min() ? 0.0f : r;
+}
+
 template <Mode M>
 inline Real<M> exp_diff(Real<M> a, Real<M> b) {
   if constexpr (M == Mode::seed) return bf(std::exp(bf(a - b)));
+  else if constexpr (M == Mode::fa2) return exp_mufu(a - b);
   else return std::exp(a - b);
 }
 
 // The P value fed to a matrix product (P-bar V forward, P^T dO backward).
 template <Mode M>
 inline Real<M> mma_p(Real<M> p, const FloatFormat* fp8, bool forward) {
-  if constexpr (M == Mode::fa2) return bf(p);
+  if constexpr (is_fa2<M>) return bf(p);
   else if constexpr (M == Mode::fp8) return forward ? static_cast<float>(round_to(p, *fp8)) : bf(p);
   else return p;  // seed: already bf16; fp32 and hp: unrounded
 }
 
 template <Mode M>
 inline Real<M> mma_ds(Real<M> ds) {
-  if constexpr (M == Mode::fa2 || M == Mode::fp8) return bf(ds);
+  if constexpr (is_fa2<M> || M == Mode::fp8) return bf(ds);
   else return ds;
 }
 
 // Final rounding of an output element.
 template <Mode M>
 inline Real<M> out_round(Real<M> x) {
-  if constexpr (M == Mode::fa2 || M == Mode::fp8 || M == Mode::seed) return bf(x);
+  if constexpr (is_fa2<M> || M == Mode::fp8 || M == Mode::seed) return bf(x);
   else return x;
 }
 
@@ -74,6 +90,20 @@ inline void scores(const HeadShape& hs, const float* qi, const float* kt, std::i
                    Real<M>* s) {
   using T = Real<M>;
   const std::int64_t n = j1 - j0;
+  if constexpr (M == Mode::fa2) {
+    // Tensor-core k16 steps over the feature index, from a zero accumulator.
+    float kc[16];
+    for (std::int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (std::int64_t c0 = 0; c0 < hs.d; c0 += 16) {
+        const int w = static_cast<int>(std::min<std::int64_t>(16, hs.d - c0));
+        for (int c = 0; c < w; ++c) kc[c] = kt[(c0 + c) * hs.N + j0 + j];
+        acc = mma_accumulate(acc, qi + c0, kc, w);
+      }
+      s[j] = score<M>(acc, hs.scale);
+    }
+    return;
+  }
   for (std::int64_t j = 0; j < n; ++j) s[j] = T(0);
   for (std::int64_t c = 0; c < hs.d; ++c) {
     const T qc = static_cast<T>(qi[c]);
@@ -100,6 +130,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
     T row_max = neg_inf;
     std::int64_t row_count = 0;
     bool engaged = false;
+    float lpart[4] = {0.f, 0.f, 0.f, 0.f};  // fa2 only
     for (std::int64_t j0 = 0; j0 < nk; j0 += Bc) {
       const std::int64_t j1 = std::min(nk, j0 + Bc), n = j1 - j0;
       scores<M>(hs, q + i * d, kt, j0, j1, s.data());
@@ -148,6 +179,28 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
           for (std::int64_t c = 0; c < d; ++c) part[c] += pj * vr[c];
         }
         for (std::int64_t c = 0; c < d; ++c) acc[c] = bf(bf(acc[c] * corr) + bf(part[c]));
+      } else if constexpr (M == Mode::fa2) {
+        // The kernels: each of the four lanes of a row's quad keeps its own share of l (keys
+        // j0 + 8 n + 2 q and + 1 of n-tile n), rescaled per tile and summed (0 + 1) + (2 + 3) at
+        // the end; acc += bf16(P-bar) V in k16 tensor-core steps over the tile's keys.
+        for (float& lq : lpart) lq *= corr;
+        for (std::int64_t n8 = 0; n8 < n; n8 += 8)
+          for (int q4 = 0; q4 < 4; ++q4)
+            for (std::int64_t e = 0; e < 2; ++e) {
+              const std::int64_t j = n8 + 2 * q4 + e;
+              if (j < n) lpart[static_cast<std::size_t>(q4)] += p[j];
+            }
+        for (std::int64_t c = 0; c < d; ++c) acc[c] *= corr;
+        for (std::int64_t k0 = 0; k0 < n; k0 += 16) {
+          const int w = static_cast<int>(std::min<std::int64_t>(16, n - k0));
+          float pk[16];
+          for (int j = 0; j < w; ++j) pk[j] = bf(p[k0 + j]);
+          for (std::int64_t c = 0; c < d; ++c) {
+            float vk[16];
+            for (int j = 0; j < w; ++j) vk[j] = v[(j0 + k0 + j) * d + c];
+            acc[c] = mma_accumulate(acc[c], pk, vk, w);
+          }
+        }
       } else {
         // FA2: rescale the accumulators, then accumulate this tile's terms into them.
         l *= corr;
@@ -161,6 +214,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
       }
       m = m_new;
     }
+    if constexpr (M == Mode::fa2) l = (lpart[0] + lpart[1]) + (lpart[2] + lpart[3]);
     for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = out_round<M>(acc[c] / l);
     lse[i] = m + std::log(l);
     if (cnt) {

@@ -8,10 +8,13 @@
 
 namespace lpdiag {
 
-enum class Policy { fa2, seed, fp32, fp8_p };
+// fa2: lpdiag's CUDA kernels, operation for operation, with the tensor cores' accumulation
+// (numerics/mma_model.hpp) and the MUFU exp's input rounding; fa2-seq: the same algorithm with
+// every product added one at a time in fp32 (the emulation before the MMA model).
+enum class Policy { fa2, fa2_sequential, seed, fp32, fp8_p };
 
 const char* policy_name(Policy p);
-Policy parse_policy(const std::string& name);  // "fa2", "seed", "fp32", "fp8-p" (or "fp8-p:e5m2")
+Policy parse_policy(const std::string& name);  // "fa2", "fa2-seq", "seed", "fp32", "fp8-p" (or "fp8-p:e5m2")
 
 struct FixConfig {
   enum class Kind { none, paper, safe };
