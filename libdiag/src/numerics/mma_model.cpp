@@ -90,7 +90,9 @@ float mma_accumulate(float c, const float* a, const float* b, int n, const MmaMo
     if (t[0].mant) emax = t[0].exp;
     for (int k = 0; k < g; ++k) {
       t[k + 1] = split(prod[k]);
-      if (t[k + 1].mant && t[k + 1].exp > emax) emax = t[k + 1].exp;
+      if (!t[k + 1].mant) continue;
+      const int e = m.product_exp_from_inputs ? split(a[k0 + k]).exp + split(b[k0 + k]).exp : t[k + 1].exp;
+      if (e > emax) emax = e;
     }
     if (emax == -1000) continue;  // every term zero: acc unchanged
     const int lsb = emax - 23 - (m.frame_bits - 24);

@@ -13,9 +13,12 @@ namespace lpdiag {
 
 struct MmaModel {
   int group = 16;           // products fused per step with the running value (16 = one k16 instruction)
-  int frame_bits = 25;      // significand bits of the aligned frame, counting the leading bit of e_max
+  int frame_bits = 26;      // significand bits of the aligned frame, counting the leading bit of e_max
   bool truncate_toward_zero = true;   // aligned terms: sign-magnitude truncation (else toward -inf)
   bool round_nearest = false;         // the normalised sum to fp32: nearest-even (else toward zero)
+  // A product's exponent for the alignment: e(a) + e(b), its significand in [1, 4) (else the
+  // product's own exponent, significand in [1, 2)).
+  bool product_exp_from_inputs = true;
 };
 
 // The model the H200's tensor cores were measured to follow (mma.sync and wgmma alike).
