@@ -75,7 +75,13 @@ void flash_forward(const FlashForwardArgs& a) {
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;
-  p.fix.kind = a.fix.kind == FixConfig::Kind::none ? 0 : a.fix.kind == FixConfig::Kind::paper ? 1 : 2;
+  switch (a.fix.kind) {
+    case FixConfig::Kind::none: p.fix.kind = 0; break;
+    case FixConfig::Kind::paper: p.fix.kind = 1; break;
+    case FixConfig::Kind::safe: p.fix.kind = 2; break;
+    case FixConfig::Kind::sr: p.fix.kind = 3; break;
+  }
+  p.fix.seed = a.fix.seed;
   p.fix.tol = static_cast<float>(a.fix.tol);
   p.fix.beta = static_cast<float>(a.fix.beta);
   p.fix.offset = static_cast<float>(a.fix.offset);

@@ -1,6 +1,6 @@
 // gpu: the CPU fa2 policy emulates lpdiag's CUDA forward kernel on every probe family (random,
 // sinks, strong sinks, repeated maxima, zero maxima, large logits, long rows), causal and not,
-// under every fix, with fresh seeds next to the fixed ones:
+// under every fix (the sr fix's stochastic rounding included), with fresh seeds next to the fixed ones:
 //  - O bit for bit: at least 99.9% of the elements identical (the rest: the MUFU's ex2 is within
 //    ~2 ulps of the correctly rounded 2^x the emulation uses, which can flip bf16(P-bar));
 //  - the O and delta error z of the kernel's own output (against the same fp64 reference) and of
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   std::vector<Case> todo;
   for (const auto& fam : probe_family_names())
     for (bool causal : {false, true})
-      for (const char* fix : {"none", "paper", "safe"})
+      for (const char* fix : {"none", "paper", "safe", "sr"})
         for (std::uint64_t seed : {std::uint64_t{0x1DA60B3}, fresh}) {
           Case c{make_probe_case(fam, causal, seed), AttentionConfig{}, seed, fix, {}};
           c.cfg.causal = causal;

@@ -66,6 +66,7 @@ nlohmann::json to_json(const AttentionSummary& s) {
           {"delta_err_mean", number(s.delta_err_mean)},
           {"delta_err_z", number(s.delta_err_z)},
           {"driver_d", number(s.driver_d)},
+          {"o_err_rms", number(s.o_err_rms)},
           {"rows", s.rows},
           {"repeated_max_rows", s.repeated_max_rows},
           {"pbar_one_entries", s.pbar_one_entries},

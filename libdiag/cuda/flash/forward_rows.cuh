@@ -3,6 +3,7 @@
 // fp32, tile max, the fix's shift, m_new = max(m, shift), corr = exp(m - m_new), P-bar =
 // exp(S - m_new), l = l * corr + sum P-bar unrounded), the repeated-max counters, the O
 // rescale, and the epilogue (O = bf16(acc / l), L = m + log l, the counters, the O errors).
+// The sr fix rounds O stochastically (the same bits as the CPU's); the shifts are kinds 1 and 2.
 // exp is FA2's MUFU exp (exp_mufu): exact at 0 and -inf, so P-bar = 1 exactly where S equals the
 // max, and elsewhere within a few fp32 ulps of the CPU's std::exp, which can flip bf16(P-bar).
 // The thread's rows and columns are those of an mma.sync C fragment, which wgmma's accumulator
@@ -15,6 +16,7 @@
 #include <cmath>
 
 #include "error_sums.cuh"
+#include "lpdiag/numerics/stochastic_bf16.hpp"
 #include "mma.cuh"
 #include "params.cuh"
 
@@ -90,7 +92,7 @@ struct FwdRows {
         tc[r] += __shfl_xor_sync(0xffffffffu, tc[r], 2);
       }
     }
-    if (p.fix.kind != 0) {
+    if (p.fix.kind == 1 || p.fix.kind == 2) {
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -110,7 +112,7 @@ struct FwdRows {
         else if (tm[r] == row_max[r]) row_count[r] += tc[r];
       }
       float shift = tm[r];
-      if (p.fix.kind != 0 && near[r] >= 2) {
+      if ((p.fix.kind == 1 || p.fix.kind == 2) && near[r] >= 2) {
         if (p.fix.kind == 1) shift = tm[r] > 0.f ? __fmul_rn(p.fix.beta, tm[r]) : (tm[r] < 0.f ? 0.f : tm[r]);
         else shift = __fadd_rn(tm[r], p.fix.offset);
         engaged[r] = engaged[r] || fmaxf(m[r], shift) != fmaxf(m[r], tm[r]);
@@ -157,7 +159,14 @@ struct FwdRows {
         for (int t2 = 0; t2 < OT; ++t2) {
           const int c = t2 * 8 + 2 * (lane % 4);
           const float o0 = __fdiv_rn(acc[t2][2 * r], l[r]), o1 = __fdiv_rn(acc[t2][2 * r + 1], l[r]);
-          const std::uint32_t packed = pack_bf16(o0, o1);
+          std::uint32_t packed;
+          if (p.fix.kind == 3) {  // sr: stochastic rounding, the CPU emulation's bits (stochastic_bf16.hpp)
+            const std::uint64_t idx = static_cast<std::uint64_t>((head_off + row[r]) * D + c);
+            packed = static_cast<std::uint32_t>(sr_bf16_bits(o0, sr_random_bits(p.fix.seed, idx))) |
+                     static_cast<std::uint32_t>(sr_bf16_bits(o1, sr_random_bits(p.fix.seed, idx + 1))) << 16;
+          } else {
+            packed = pack_bf16(o0, o1);
+          }
           *reinterpret_cast<std::uint32_t*>(orow + c) = packed;
           if constexpr (Level > 1) {
             const __nv_bfloat162 ob = *reinterpret_cast<const __nv_bfloat162*>(&packed);

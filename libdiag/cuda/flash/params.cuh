@@ -18,8 +18,9 @@ struct Strided {
 };
 
 struct FixParams {
-  int kind;  // 0 none, 1 paper, 2 safe
+  int kind;  // 0 none, 1 paper, 2 safe, 3 sr
   float tol, beta, offset;
+  std::uint32_t seed;  // sr
 };
 
 struct FwdParams {

@@ -33,13 +33,15 @@ std::string FixConfig::name() const {
     case Kind::none: return "none";
     case Kind::paper: return "paper";
     case Kind::safe: return "safe";
+    case Kind::sr: return "sr";
   }
   return "?";
 }
 
 std::string FixConfig::to_json() const {
   nlohmann::json j{{"kind", name()}};
-  if (kind != Kind::none) j["tol"] = tol;
+  if (shifts()) j["tol"] = tol;
+  if (kind == Kind::sr) j["seed"] = seed;
   if (kind == Kind::paper) j["beta"] = beta;
   if (kind == Kind::safe) j["offset"] = offset;
   return j.dump();
@@ -52,7 +54,8 @@ FixConfig parse_fix(const std::string& text) {
   if (kind == "none") f.kind = FixConfig::Kind::none;
   else if (kind == "paper") f.kind = FixConfig::Kind::paper;
   else if (kind == "safe") f.kind = FixConfig::Kind::safe;
-  else throw InvalidArgument("unknown fix '" + kind + "'; expected none, paper or safe (e.g. paper:beta=7,tol=1e-3)");
+  else if (kind == "sr") f.kind = FixConfig::Kind::sr;
+  else throw InvalidArgument("unknown fix '" + kind + "'; expected none, paper, safe or sr (e.g. paper:beta=7,tol=1e-3)");
   if (colon == std::string::npos) return f;
   if (f.kind == FixConfig::Kind::none) throw InvalidArgument("fix 'none' takes no parameters");
   std::stringstream ss(text.substr(colon + 1));
@@ -69,11 +72,13 @@ FixConfig parse_fix(const std::string& text) {
       used = 0;
     }
     if (used != val.size() || !std::isfinite(v)) throw InvalidArgument("fix parameter '" + key + "' has a bad value '" + val + "'");
-    if (key == "tol" && v >= 0) f.tol = v;
+    if (key == "seed" && f.kind == FixConfig::Kind::sr && v >= 0 && v < 4294967296.0 && v == std::floor(v))
+      f.seed = static_cast<std::uint32_t>(v);
+    else if (key == "tol" && f.shifts() && v >= 0) f.tol = v;
     else if (key == "beta" && f.kind == FixConfig::Kind::paper && v > 0) f.beta = v;
     else if (key == "offset" && f.kind == FixConfig::Kind::safe && v > 0) f.offset = v;
     else throw InvalidArgument("fix " + f.name() + " has no parameter '" + key + "' with value " + val +
-                               " (paper: tol>=0, beta>0; safe: tol>=0, offset>0)");
+                               " (paper: tol>=0, beta>0; safe: tol>=0, offset>0; sr: seed, an integer in [0, 2^32))");
   }
   return f;
 }

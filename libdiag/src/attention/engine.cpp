@@ -144,7 +144,9 @@ AttentionRun run_attention(const AttentionConfig& cfg, const AttentionInputs& in
   auto worker = [&] {
     for (std::int64_t h; (h = next.fetch_add(1)) < heads;) {
       const std::size_t off = static_cast<std::size_t>(h) * nd;
-      run_head(cfg, hs, opt, in.q + off, in.k + off, in.v + off, in.dout ? in.dout + off : nullptr, run.o.data() + off,
+      HeadShape hsh = hs;
+      hsh.head = h;
+      run_head(cfg, hsh, opt, in.q + off, in.k + off, in.v + off, in.dout ? in.dout + off : nullptr, run.o.data() + off,
                run.lse.data() + h * in.N, opt.backward ? run.dq.data() + off : nullptr,
                opt.backward ? run.dk.data() + off : nullptr, opt.backward ? run.dv.data() + off : nullptr,
                keep ? run.o_hp.data() + off : nullptr, keep && in.dout ? run.delta_hp.data() + h * in.N : nullptr,

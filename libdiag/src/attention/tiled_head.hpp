@@ -12,6 +12,7 @@
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/numerics/convert.hpp"
 #include "lpdiag/numerics/mma_model.hpp"
+#include "lpdiag/numerics/stochastic_bf16.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
 namespace lpdiag::detail {
@@ -29,6 +30,7 @@ struct HeadShape {
   bool causal = false;
   double scale = 0.0;
   FixConfig fix;             // ignored by hp: hp always uses the plain running max
+  std::int64_t head = 0;     // b H + h: the element index of stochastic rounding
   const FloatFormat* fp8 = nullptr;
 };
 
@@ -120,7 +122,8 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
   using T = Real<M>;
   const std::int64_t N = hs.N, d = hs.d, Bc = hs.tile_k;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const bool fixed = M != Mode::hp && hs.fix.kind != FixConfig::Kind::none;
+  const bool fixed = M != Mode::hp && hs.fix.shifts();
+  const bool stochastic_o = M != Mode::hp && hs.fix.kind == FixConfig::Kind::sr;
   std::vector<T> s(static_cast<std::size_t>(Bc)), p(static_cast<std::size_t>(Bc)), acc(static_cast<std::size_t>(d)),
       part(static_cast<std::size_t>(d));
   for (std::int64_t i = 0; i < N; ++i) {
@@ -215,7 +218,17 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
       m = m_new;
     }
     if constexpr (M == Mode::fa2) l = (lpart[0] + lpart[1]) + (lpart[2] + lpart[3]);
-    for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = out_round<M>(acc[c] / l);
+    if constexpr (M != Mode::hp) {
+      if (stochastic_o) {
+        const std::uint64_t base = static_cast<std::uint64_t>((hs.head * N + i) * d);
+        for (std::int64_t c = 0; c < d; ++c)
+          o[i * d + c] = bf16_to_float(sr_bf16_bits(acc[c] / l, sr_random_bits(hs.fix.seed, base + static_cast<std::uint64_t>(c))));
+      } else {
+        for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = out_round<M>(acc[c] / l);
+      }
+    } else {
+      for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = acc[c] / l;
+    }
     lse[i] = m + std::log(l);
     if (cnt) {
       cnt->rows += 1;

@@ -2,6 +2,7 @@
 // stabilized-shift fix, tile sizes. docs/ATTENTION_NUMERICS.md gives every policy's exact order
 // of operations.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "lpdiag/numerics/float_format.hpp"
@@ -17,7 +18,9 @@ const char* policy_name(Policy p);
 Policy parse_policy(const std::string& name);  // "fa2", "fa2-seq", "seed", "fp32", "fp8-p" (or "fp8-p:e5m2")
 
 struct FixConfig {
-  enum class Kind { none, paper, safe };
+  // sr: no shift; O is rounded to bf16 stochastically (numerics/stochastic_bf16.hpp) instead of
+  // to nearest, so its rounding error has mean zero whatever the accumulation did to the ties.
+  enum class Kind { none, paper, safe, sr };
   Kind kind = Kind::none;
   // paper: a tile row whose max occurs >= 2 times within tol is shifted by m = beta * max when
   // max > 0 and m = 0 when max < 0 (max == 0 is left alone, as in the authors' code).
@@ -28,12 +31,15 @@ struct FixConfig {
   // 0.75: not a power of two, yet exact in bf16, so fa2's bf16(P-bar) for the MMA does not
   // differ from the fp32 P-bar in the row sum (any other constant adds its own one-signed bias).
   double offset = 0.28768207245178093;
+  // sr: the seed of the counter-based random bits (element index = ((b H + h) N + i) d + c).
+  std::uint32_t seed = 0;
 
-  std::string name() const;  // "none", "paper", "safe"
+  std::string name() const;  // "none", "paper", "safe", "sr"
+  bool shifts() const { return kind == Kind::paper || kind == Kind::safe; }
   std::string to_json() const;
 };
 
-// "none", "paper", "safe", "paper:beta=7,tol=1e-3", "safe:offset=0.5,tol=0"
+// "none", "paper", "safe", "sr", "paper:beta=7,tol=1e-3", "safe:offset=0.5,tol=0", "sr:seed=7"
 FixConfig parse_fix(const std::string& text);
 
 struct AttentionConfig {

@@ -15,8 +15,9 @@ struct ProbeCase {
   std::vector<float> q, k, v, dout;
 };
 
-// iid, sinks, dup-keys, skewed-v, large-logits, long-rows, zero-max
+// iid, sinks, dup-keys, skewed-v, large-logits, long-rows, zero-max, strong-sinks
 const std::vector<std::string>& probe_family_names();
-ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed = 0x1DA60B3);
+constexpr std::uint64_t kProbeSeed = 0x1DA60B3;  // the fixed seed `lpdiag probe` starts from
+ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed = kProbeSeed);
 
 }  // namespace lpdiag

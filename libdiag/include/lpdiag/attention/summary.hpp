@@ -14,9 +14,14 @@ struct AttentionSummary {
   double o_err_worst_column_z = 0;  // the column with the largest |z| (signed)
   double delta_err_mean = 0, delta_err_z = 0;
   double driver_d = 0;  // sum over rows of (delta_lp - delta_hp)
+  double o_err_rms = 0;
   std::int64_t rows = 0, repeated_max_rows = 0, pbar_one_entries = 0, fix_engaged_rows = 0, nan_count = 0;
 };
 
 AttentionSummary summarize(const AttentionConfig& cfg, const AttentionRun& run);
+
+// The same evidence for an output made elsewhere (a GPU kernel, a recording, exact rounding),
+// judged by output_errors; `name` goes in the policy column, `fix` in the fix column.
+AttentionSummary summarize_output(const std::string& name, const std::string& fix, const OutputErrors& e);
 
 }  // namespace lpdiag
