@@ -5,6 +5,8 @@ out=$("$1" replay "$2" --policy fa2,seed,fp32 --fix none,paper:beta=7,tol=1e-3,s
 python3 - "$out" <<'PY'
 import json, sys
 j = json.loads(sys.argv[1])
+assert "o_err_z" in j["exact_rounding"] and j["exact_rounding"]["policy"] == "exact-rounding", j
+assert "recorded" not in j  # this capture holds no o
 r = j["results"]
 assert [(x["policy"], x["fix"]) for x in r] == [(p, f) for p in ["fa2", "seed", "fp32"] for f in ["none", "paper", "safe"]], r
 assert r[1]["fix_params"] == {"kind": "paper", "beta": 7.0, "tol": 0.001}

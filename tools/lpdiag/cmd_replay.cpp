@@ -1,6 +1,8 @@
 // `lpdiag replay CAPTURE.h5 --policy P[,P…] --fix F[,F…] [--tile N] [--json]`: the captured
 // attention inputs of one layer at one step, forward and backward under every combination of
-// numerics, against the fp64 reference.
+// numerics, against the fp64 reference. Two rows come first: `exact-rounding` (the fp64 result
+// rounded once to bf16, the best a bf16 output can do) and, when the capture holds the `o` the
+// kernel produced, `recorded` (that kernel judged on its own inputs).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -29,11 +31,36 @@ int run_replay(const ReplayArgs& a) {
   const AttentionCapture cap = read_capture(a.path);
   AttentionInputs in{cap.q.data(), cap.k.data(), cap.v.data(), cap.dout.data(), cap.B, cap.H, cap.N, cap.d};
   nlohmann::json results = nlohmann::json::array();
+  nlohmann::json exact_json, recorded_json;
   if (!a.json) {
     std::cout << a.path << ": step " << cap.step << ", layer " << cap.layer_index << " (" << cap.layer << "), B" << cap.B
               << " H" << cap.H << " N" << cap.N << " d" << cap.d << (cap.causal ? " causal" : " non-causal")
               << ", recorded under " << cap.policy << " fix " << cap.fix << "\n"
               << format_table_header() << "\n";
+  }
+  // The reference (fp64, forward only), exact rounding, and the recorded kernel output.
+  {
+    AttentionConfig rc;
+    rc.policy = Policy::fp32;
+    rc.causal = cap.causal;
+    rc.scale = cap.scale;
+    AttentionOptions ropt;
+    ropt.backward = false;
+    ropt.keep_reference = true;
+    if (!a.json) std::cerr << "computing the fp64 reference ...\r" << std::flush;
+    const AttentionRun ref = run_attention(rc, in, ropt);
+    const std::vector<float> exact_o = correctly_rounded_output(ref);
+    const AttentionSummary ex = summarize_output("exact-rounding", "-", output_errors(ref, exact_o.data(), cap.dout.data()));
+    if (a.json) exact_json = to_json(ex);
+    else std::cout << format_table_row(ex) << "\n";
+    if (!cap.o.empty()) {
+      const AttentionSummary rs = summarize_output("recorded", "-", output_errors(ref, cap.o.data(), cap.dout.data()));
+      if (a.json)
+        recorded_json = {{"o_err_mean", rs.o_err_mean}, {"o_err_z", rs.o_err_z},       {"o_err_rms", rs.o_err_rms},
+                         {"nan_count", rs.nan_count},   {"delta_err_z", rs.delta_err_z}, {"o_err_worst_column_z", rs.o_err_worst_column_z}};
+      else
+        std::cout << format_table_row(rs) << "   <- the kernel output recorded in the capture\n";
+    }
   }
   for (AttentionConfig c : policies) {
     for (const FixConfig& f : fixes) {
@@ -47,7 +74,11 @@ int run_replay(const ReplayArgs& a) {
       else std::cout << format_table_row(s) << "\n";
     }
   }
-  if (a.json) std::cout << nlohmann::json{{"capture", a.path}, {"results", results}}.dump(2) << "\n";
+  if (a.json) {
+    nlohmann::json out{{"capture", a.path}, {"exact_rounding", exact_json}, {"results", results}};
+    if (!recorded_json.is_null()) out["recorded"] = recorded_json;
+    std::cout << out.dump(2) << "\n";
+  }
   return kOk;
 }
 
@@ -60,7 +91,7 @@ Registration register_replay(CLI::App& app) {
   sub->add_option("-p,--policy", args->policies, "Comma-separated policies: fa2, seed, fp32, fp8-p, fp8-p:e5m2")->capture_default_str();
   sub->add_option("-f,--fix", args->fixes, "Comma-separated fixes: none, paper, safe; parameters as paper:beta=7,tol=1e-3")->capture_default_str();
   sub->add_option("--tile", args->tile, "Query and key tile size")->capture_default_str();
-  sub->add_flag("--json", args->json, "Print one JSON object {capture, results:[...]} on stdout");
+  sub->add_flag("--json", args->json, "Print one JSON object {capture, exact_rounding, recorded (when the capture holds o), results:[...]} on stdout");
   return {sub, [args] { return run_replay(*args); }};
 }
 

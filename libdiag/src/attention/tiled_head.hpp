@@ -39,6 +39,9 @@ using Real = std::conditional_t<M == Mode::hp, double, float>;
 
 inline float bf(float x) { return round_bf16(x); }
 
+constexpr float kBf16Max = 3.38953139e38f;         // the largest finite bf16
+constexpr float kSeedRowSumFloor = 1.00044417e-10f;  // bf16(1e-10): the paper's EPSILON
+
 // S from the fp32 (hp: fp64) dot-product sum.
 template <Mode M>
 inline Real<M> score(Real<M> sum, double scale) {
@@ -134,24 +137,32 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
     std::int64_t row_count = 0;
     bool engaged = false;
     float lpart[4] = {0.f, 0.f, 0.f, 0.f};  // fa2 only
-    for (std::int64_t j0 = 0; j0 < nk; j0 += Bc) {
-      const std::int64_t j1 = std::min(nk, j0 + Bc), n = j1 - j0;
-      scores<M>(hs, q + i * d, kt, j0, j1, s.data());
+    // seed, causal: the paper's code visits every key tile and masks the keys after the query
+    // with -max(bf16), so a tile above the diagonal is all ties (which its fix then shifts).
+    const std::int64_t n_visit = M == Mode::seed && hs.causal ? N : nk;
+    for (std::int64_t j0 = 0; j0 < n_visit; j0 += Bc) {
+      const std::int64_t j1 = std::min(n_visit, j0 + Bc), n = j1 - j0;
+      const std::int64_t n_real = std::max<std::int64_t>(0, std::min(n, nk - j0));  // unmasked keys
+      scores<M>(hs, q + i * d, kt, j0, j0 + std::max<std::int64_t>(n_real, 1), s.data());
+      for (std::int64_t j = n_real; j < n; ++j) s[j] = -kBf16Max;
       T tm = neg_inf;
       for (std::int64_t j = 0; j < n; ++j) tm = std::max(tm, s[j]);
-      if (cnt) {
+      if (cnt && n_real > 0) {
+        T rm = neg_inf;
+        for (std::int64_t j = 0; j < n_real; ++j) rm = std::max(rm, s[j]);
         std::int64_t tc = 0;
-        for (std::int64_t j = 0; j < n; ++j) tc += s[j] == tm;
+        for (std::int64_t j = 0; j < n_real; ++j) tc += s[j] == rm;
         cnt->tile_repeated_max_rows += tc >= 2;
-        if (tm > row_max) row_max = tm, row_count = tc;
-        else if (tm == row_max) row_count += tc;
-        cnt->logit_max = std::max(cnt->logit_max, static_cast<float>(tm));
+        if (rm > row_max) row_max = rm, row_count = tc;
+        else if (rm == row_max) row_count += tc;
+        cnt->logit_max = std::max(cnt->logit_max, static_cast<float>(rm));
       }
       T shift = tm;
       if (fixed) {
         std::int64_t near = 0;
         for (std::int64_t j = 0; j < n; ++j) {
-          if constexpr (M == Mode::seed) near += std::fabs(bf(s[j] - tm)) <= hs.fix.tol;
+          // seed: the paper's test, S >= bf16(max - tol), in bf16 arithmetic.
+          if constexpr (M == Mode::seed) near += s[j] >= bf(tm - static_cast<float>(hs.fix.tol));
           else near += (tm - s[j]) <= static_cast<T>(hs.fix.tol);
         }
         if (near >= 2) {
@@ -169,12 +180,13 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
       const T corr = m == neg_inf ? T(0) : exp_diff<M>(m, m_new);
       for (std::int64_t j = 0; j < n; ++j) p[j] = exp_diff<M>(s[j], m_new);
       if (cnt)
-        for (std::int64_t j = 0; j < n; ++j) cnt->pbar_one_entries += p[j] == T(1);
+        for (std::int64_t j = 0; j < n_real; ++j) cnt->pbar_one_entries += p[j] == T(1);
       if constexpr (M == Mode::seed) {
         // Tile results are bf16 matmul outputs; the running values are updated in bf16.
+        // The tile's row sum is clamped below at bf16(1e-10), as the paper's code does.
         float ls = 0.f;
         for (std::int64_t j = 0; j < n; ++j) ls += p[j];
-        l = bf(bf(l * corr) + bf(ls));
+        l = bf(bf(l * corr) + std::max(bf(ls), kSeedRowSumFloor));
         std::fill(part.begin(), part.end(), 0.f);
         for (std::int64_t j = 0; j < n; ++j) {
           const float pj = p[j];
@@ -229,7 +241,8 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
     } else {
       for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = acc[c] / l;
     }
-    lse[i] = m + std::log(l);
+    if constexpr (M == Mode::seed) lse[i] = bf(m + bf(std::log(l)));
+    else lse[i] = m + std::log(l);
     if (cnt) {
       cnt->rows += 1;
       if (row_count >= 2) {
@@ -299,7 +312,8 @@ void backward_head(const HeadShape& hs, const float* q, const float* k, const fl
           for (std::int64_t j = 0; j < n; ++j) dp[j] += g * static_cast<T>(vr[j]);
         }
         for (std::int64_t j = 0; j < n; ++j) {
-          if constexpr (M == Mode::seed) ds[j] = bf(p[j] * bf(bf(dp[j]) - delta[i]));
+          // seed: dS = bf16(bf16(P alpha) bf16(dP - delta)), the scale inside (no final scaling).
+          if constexpr (M == Mode::seed) ds[j] = bf(bf(p[j] * static_cast<float>(hs.scale)) * bf(bf(dp[j]) - delta[i]));
           else ds[j] = p[j] * (dp[j] - delta[i]);
         }
         const float* qi = q + i * d;
@@ -347,8 +361,9 @@ void backward_head(const HeadShape& hs, const float* q, const float* k, const fl
       dq[x] *= hs.scale;
       dk[x] *= hs.scale;
     } else {
-      dq[x] = out_round<M>(static_cast<float>(hs.scale) * dq[x]);
-      dk[x] = out_round<M>(static_cast<float>(hs.scale) * dk[x]);
+      const float sc = M == Mode::seed ? 1.0f : static_cast<float>(hs.scale);
+      dq[x] = out_round<M>(sc * dq[x]);
+      dk[x] = out_round<M>(sc * dk[x]);
       dv[x] = out_round<M>(dv[x]);
     }
   }
