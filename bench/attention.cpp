@@ -19,8 +19,11 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,7 @@ double median_ms(int reps, const std::function<void()>& f) {
 // only the kernels; keeps O, lse and the residual for the backward.
 int g_bwd_key_block = 0;  // --bwd-keys: the backward's keys per block (FlashBackwardArgs::key_block)
 std::optional<lc::Instrument> g_level;  // --level: time only this level of ours (for the profiler)
+std::vector<std::string> g_fixes = {"none"};  // --fixes: one set of our rows per fix (e.g. none,sr: the sr fix's cost)
 
 struct Ours {
   Shape s;
@@ -118,14 +122,16 @@ std::vector<Row> time_shape(const Shape& s, int reps, bool ours_only) {
     const double ff = s.fwd_flops(), bf = 2.5 * ff;
     rows.push_back({s.name(), impl, f, b, ff / f / 1e9, bf / b / 1e9, (ff + bf) / (f + b) / 1e9});
   };
-  for (auto [name, level] : {std::pair{"lpdiag off", lc::Instrument::off}, std::pair{"lpdiag counters", lc::Instrument::counters},
-                             std::pair{"lpdiag full", lc::Instrument::full}}) {
-    if (g_level && *g_level != level) continue;
-    Ours o(s, level, q);
-    const double f = median_ms(reps, [&] { o.forward(q, k, v); });
-    const double b = median_ms(reps, [&] { o.backward(q, k, v, g); });
-    add(name, f, b);
-  }
+  for (const std::string& fix : g_fixes)
+    for (auto [name, level] : {std::pair{"lpdiag off", lc::Instrument::off}, std::pair{"lpdiag counters", lc::Instrument::counters},
+                               std::pair{"lpdiag full", lc::Instrument::full}}) {
+      if (g_level && *g_level != level) continue;
+      Ours o(s, level, q);
+      o.fix = lpdiag::parse_fix(fix);
+      const double f = median_ms(reps, [&] { o.forward(q, k, v); });
+      const double b = median_ms(reps, [&] { o.backward(q, k, v, g); });
+      add(fix == "none" ? std::string(name) : std::string(name) + " fix=" + fix, f, b);
+    }
   for (const std::string backend : {"flash", "cudnn"}) {
     if (ours_only) break;
     use_backend(backend);
@@ -229,6 +235,11 @@ int main(int argc, char** argv) {
     else if (a == "--ours-only") ours_only = true;
     else if (a == "--require-targets") require_targets = true;
     else if (a == "--bwd-keys" && i + 1 < argc) g_bwd_key_block = std::stoi(argv[++i]);  // 64 or 128 (0: default)
+    else if (a == "--fixes" && i + 1 < argc) {
+      g_fixes.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string f; std::getline(ss, f, ',');) g_fixes.push_back(f);
+    }
     else if (a == "--level" && i + 1 < argc) {
       try {
         g_level = lc::parse_instrument(argv[++i]);
@@ -240,7 +251,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128] "
-                   "[--level off|counters|full] [--require-targets]\n");
+                   "[--level off|counters|full] [--fixes none,sr] [--require-targets]\n");
       return 2;
     }
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -34,6 +34,22 @@ for s in "$@"; do
         tail -3 "$OUT/fa2-emulation-$eng.log"
       done
       (cd "$OUT" && gzip -9 kernel-*.bin ex2-delta.bin) ;;
+    emulation)
+      # The MMA model on fresh vectors, the fa2 policy (and the sr fix) against both forward
+      # kernels, the MUFU's ex2 recorded for an exact model, and the sr fix's cost.
+      stage "mma_probe --check"
+      $B/tests/mma_probe --check | tail -18
+      $B/tests/mma_probe --ex2-table "$OUT/ex2-table.bin" "$OUT/ex2-samples.bin" 12345
+      gzip -9 "$OUT/ex2-table.bin" "$OUT/ex2-samples.bin"
+      for eng in wgmma mma; do
+        stage "test_fa2_emulation ($eng)"
+        LPDIAG_FLASH_FORWARD=$eng timeout 300 $B/tests/test_fa2_emulation >"$OUT/fa2-emulation-$eng.log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|identical \(" "$OUT/fa2-emulation-$eng.log" | tail -12
+      done ;;
+    srcost)
+      stage "bench_attention --ours-only --fixes none,sr"
+      timeout 300 $B/bench/bench_attention --reps 20 --ours-only --fixes none,sr >"$OUT/bench-sr.log" 2>&1; echo "rc=$?"
+      grep -vE "^target|^ *(ok|MISS)" "$OUT/bench-sr.log" | tail -32 ;;
     tests)
       # Every gpu-labelled test: the default kernels (wgmma on a 9.0 device), the mma.sync ones,
       # the wgmma forward at both block heights, the operand layouts; then the gradient check

@@ -7,6 +7,7 @@
 //   mma_probe OUT.bin [SEED]      record (the seed is printed; default: a fresh one)
 //   mma_probe --check [SEED]      record in memory and compare with lpdiag::mma_accumulate
 //   mma_probe --ex2 OUT.bin       the MUFU's 2^x against the correctly rounded one (a survey)
+//   mma_probe --ex2-table T.bin S.bin SEED   the MUFU's 2^x on [-2, -1] and on seeded samples
 // File: "LPMMA001", u64 seed, u32 records; per record u32 kind (0 mma.sync, 1 wgmma), u32
 // category, u32 M, u32 N, then A (M x 16) and B (16 x N) as bf16 bits row-major, C and D (M x N)
 // as fp32. Exits 77 (skipped) without a device.
@@ -96,6 +97,16 @@ __global__ void ex2_kernel(std::uint32_t base, std::uint32_t count, std::uint32_
   memcpy(&y[i], &r, 4);
 }
 
+__global__ void ex2_gather_kernel(const std::uint32_t* x, std::uint32_t count, std::uint32_t* y) {
+  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const std::uint32_t u = 0x80000000u | x[i];
+  float v;
+  memcpy(&v, &u, 4);
+  const float r = fl::exp2_approx(v);
+  memcpy(&y[i], &r, 4);
+}
+
 // The MUFU's 2^x against the correctly rounded value, for negative x (the softmax's range):
 // every x in [-1, -0.5) written to `path` as int8 (bits(MUFU) - bits(correct)), and a
 // histogram of the difference per binade of |x| from 2^-30 to 2^7.
@@ -130,6 +141,45 @@ int ex2_survey(const char* path) {
   if (!f) return 2;
   std::fwrite(delta.data(), 1, n, f);
   std::fclose(f);
+  return 0;
+}
+
+// The MUFU's 2^x for every x in [-2, -1] (2^23 + 1 values: every 23-bit fraction) as raw bits,
+// and for 2^21 sample x drawn from mt19937_64(seed) (exponent of |x| uniform in [-30, 7],
+// random significand), so a CPU model of ex2.approx can be built and checked offline.
+int ex2_table(const char* table_path, const char* sample_path, std::uint64_t seed) {
+  const std::uint32_t n = (1u << 23) + 1;
+  std::uint32_t* dy = nullptr;
+  cudaMalloc(&dy, n * 4);
+  std::vector<std::uint32_t> y(n);
+  ex2_kernel<<<(n + 255) / 256, 256>>>(0x3F800000u, n, dy);  // -(1.0 .. 2.0)
+  cudaMemcpy(y.data(), dy, n * 4, cudaMemcpyDeviceToHost);
+  FILE* f = std::fopen(table_path, "wb");
+  if (!f) return 2;
+  std::fwrite(y.data(), 4, n, f);
+  std::fclose(f);
+  const std::uint32_t m = 1u << 21;
+  std::vector<std::uint32_t> xs(m);
+  std::mt19937_64 rng(seed);
+  for (auto& x : xs) {
+    const std::uint64_t r = rng();
+    const int e = -30 + static_cast<int>((r >> 23) % 38);
+    x = static_cast<std::uint32_t>(e + 127) << 23 | static_cast<std::uint32_t>(r & 0x7FFFFF);  // |x|; the kernel negates
+  }
+  std::uint32_t* dx = nullptr;
+  cudaMalloc(&dx, m * 4);
+  std::vector<std::uint32_t> ys(m);
+  cudaMemcpy(dx, xs.data(), m * 4, cudaMemcpyHostToDevice);
+  ex2_gather_kernel<<<m / 256, 256>>>(dx, m, dy);
+  cudaMemcpy(ys.data(), dy, m * 4, cudaMemcpyDeviceToHost);
+  cudaFree(dx);
+  cudaFree(dy);
+  f = std::fopen(sample_path, "wb");
+  if (!f) return 2;
+  std::fwrite(&seed, 8, 1, f);
+  std::fwrite(ys.data(), 4, m, f);
+  std::fclose(f);
+  std::printf("ex2 table (2^23 + 1 values) and %u samples (seed %llu) written\n", m, static_cast<unsigned long long>(seed));
   return 0;
 }
 
@@ -321,6 +371,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (argc > 2 && std::string(argv[1]) == "--ex2") return ex2_survey(argv[2]);
+  if (argc > 4 && std::string(argv[1]) == "--ex2-table") return ex2_table(argv[2], argv[3], std::stoull(argv[4]));
   const bool check = argc > 1 && std::string(argv[1]) == "--check";
   if (argc < 2) {
     std::fprintf(stderr, "usage: mma_probe OUT.bin [SEED] | mma_probe --check [SEED]\n");
