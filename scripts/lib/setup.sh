@@ -6,7 +6,7 @@ LPDIAG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LPDIAG_BUILD=${LPDIAG_BUILD:-$LPDIAG_ROOT/build}
 LPDIAG_PACKAGES=(
   cmake ninja-build g++ pkg-config
-  libhdf5-dev hdf5-tools python3-h5py
+  libhdf5-dev hdf5-tools python3-h5py zlib1g-dev
   libeigen3-dev libfmt-dev nlohmann-json3-dev libcli11-dev catch2
   libtorch-dev python3-torch
   clang-14 libclang-rt-14-dev

@@ -12,6 +12,7 @@
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/numerics/convert.hpp"
 #include "lpdiag/numerics/mma_model.hpp"
+#include "lpdiag/numerics/mufu_exp2.hpp"
 #include "lpdiag/numerics/stochastic_bf16.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
@@ -51,14 +52,9 @@ inline Real<M> score(Real<M> sum, double scale) {
 }
 
 // exp(a - b) with the policy's rounding of the difference and of the result.
-// e^x as the kernels take it: 2^(x log2 e) with x log2 e rounded to fp32 (then the MUFU's ex2,
-// emulated as the correctly rounded 2^y; the MUFU is within ~2 ulps of it) and subnormal
-// results flushed to zero (ex2.approx.ftz).
-inline float exp_mufu(float x) {
-  const float y = x * 1.4426950408889634f;
-  const float r = static_cast<float>(std::exp2(static_cast<double>(y)));
-  return r < std::numeric_limits<float>::min() ? 0.0f : r;
-}
+// e^x as the kernels take it: 2^(x log2 e) with x log2 e rounded to fp32, then the MUFU's ex2
+// (ex2.approx.ftz, emulated bit for bit: numerics/mufu_exp2.hpp).
+inline float exp_mufu(float x) { return mufu_exp2(x * 1.4426950408889634f); }
 
 template <Mode M>
 inline Real<M> exp_diff(Real<M> a, Real<M> b) {
