@@ -52,7 +52,7 @@ int run_check(const CheckArgs& a) {
     findings += static_cast<int>(lines.size());
     std::string msg;
     for (const auto& line : lines) msg += (msg.empty() ? "" : "\n") + line;
-    cases.push_back({"lpdiag.check", p, !lines.empty(), msg, c.findings.empty() ? "" : c.findings.back()});
+    cases.push_back({"lpdiag.check", p, !lines.empty(), false, msg, c.findings.empty() ? "" : c.findings.back()});
   }
   if (!a.junit.empty()) write_junit(a.junit, "lpdiag check", cases);
   if (findings == 0) std::cerr << "lpdiag check: " << a.paths.size() << " trace(s) clean\n";

@@ -9,7 +9,8 @@ struct JunitCase {
   std::string classname;
   std::string name;
   bool failed = false;
-  std::string message;   // failure message
+  bool skipped = false;  // could not run here (the message says why); never counted as passed
+  std::string message;   // failure or skip message
   std::string details;   // system-out
 };
 
