@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -46,6 +46,9 @@ for s in "$@"; do
         LPDIAG_FLASH_FORWARD=$eng timeout 300 $B/tests/test_fa2_emulation >"$OUT/fa2-emulation-$eng.log" 2>&1; echo "rc=$?"
         grep -E "FAIL|identical \(" "$OUT/fa2-emulation-$eng.log" | tail -12
       done ;;
+    survey)
+      stage "kernel survey"
+      bash bench/kernel_survey.sh $B ;;
     srcost)
       stage "bench_attention --ours-only --fixes none,sr"
       timeout 300 $B/bench/bench_attention --reps 20 --ours-only --fixes none,sr >"$OUT/bench-sr.log" 2>&1; echo "rc=$?"

@@ -4,6 +4,7 @@
 
 #include "attention_op.hpp"
 #include "monitor.hpp"
+#include "probe_ops.hpp"
 
 namespace {
 torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
@@ -18,6 +19,11 @@ TORCH_LIBRARY(lpdiag, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
         "str instrument='counters', int layer_index=-1) -> Tensor",
         &lpdiag::hooks::attention);
+  m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
+  m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
+  m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "
+        "Tensor[] grads) -> str",
+        &lpdiag::hooks::judge_outputs);
   using lpdiag::hooks::Monitor;
   m.class_<Monitor>("Monitor")
       .def(torch::init<std::string, int64_t, int64_t, int64_t, std::string, int64_t, int64_t>())
