@@ -31,7 +31,7 @@ TEST_CASE("output_errors judges exact, biased and broken outputs", "[attention][
   // The run's own output through output_errors gives the run's own O errors.
   const OutputErrors self = output_errors(run, run.o.data(), pc.dout.data());
   CHECK(self.o_err.count() == run.o_err.count());
-  CHECK(self.o_err.sum() == Approx(run.o_err.sum()).epsilon(1e-12));
+  CHECK(self.o_err.sum() == Catch::Approx(run.o_err.sum()).epsilon(1e-12));
 
   const std::vector<float> exact = correctly_rounded_output(run);
   const FloatFormat& bf = format(FormatId::bf16);
