@@ -20,5 +20,14 @@ case $rc in
   *) echo "kernel check could not run (exit $rc)" ;;
 esac
 exit $rc
+# The same gate for kernels torch can call (PyTorch's backends, FlexAttention, your own), on the
+# same families from the same seeds, judged by the same rule; run it where the kernel runs:
+#   PYTHONPATH=python LPDIAG_TORCH_LIBRARY=build/hooks/liblpdiag_torch.so \
+#     python3 -m lpdiag probe --kernel sdpa-cudnn,flex,mypkg.attention:my_kernel --junit probe-results.xml
+# and from a test suite (raises AssertionError with the table when my_kernel is biased):
+#   import lpdiag.testing
+#   lpdiag.testing.assert_unbiased(my_kernel, families=["strong-sinks", "dup-keys"], z=4)
+# lpdiag's own CUDA kernels from the C++ CLI (built with CUDA, on a GPU):
+#   "$lpdiag" probe --kernel lpdiag-cuda --fix none,sr
 # Training runs that recorded a trace can be gated the same way:
 #   lpdiag check run.h5 --max-bias-z 4 --junit check-results.xml
