@@ -92,18 +92,34 @@ def run_case(family, causal, seed, kernel_specs, device, fail_z):
 
 
 def _fmt(x, spec="+8.2f"):
-    return f"{x:{spec}}" if isinstance(x, (int, float)) else f"{'-':>8}"
+    if isinstance(x, (int, float)):
+        return f"{x:{spec}}"
+    width = int("".join(c for c in spec.split(".")[0] if c.isdigit()) or 8)
+    return f"{'-':>{width}}"
 
 
-HEADER = f"{'family':<13} {'causal':<6} {'seed':<4} {'kernel':<24} {'O z':>8} {'δ z':>8} {'O rms':>9} {'dQ z':>8} {'dK z':>8} {'dV z':>8}"
+# The columns of `lpdiag probe`'s table (tools/lpdiag/attention_report.cpp and cmd_probe.cpp), in
+# its order, for the measures both entries have; then the gradients, which only this one has.
+HEADER = (f"{'family':<13} {'causal':<6} {'seed':<4} {'kernel':<24} {'O err mean':>11} {'O z':>8} {'worst z':>8} "
+          f"{'δ err mean':>11} {'δ z':>8} {'NaN':>6} {'O |z|-ex':>9} {'δ |z|-ex':>9} {'O rms':>9} {'dQ z':>8} {'dK z':>8} "
+          f"{'dV z':>8}")
 
 
 def format_row(r):
     lead = f"{r.family:<13} {'yes' if r.causal else 'no':<6} {r.seed:<4} {r.kernel:<24} "
     if r.skipped:
         return lead + f"skipped: {r.skipped}"
-    x = r.result
-    line = (lead + f"{_fmt(x.get('o_err_z'))} {_fmt(x.get('delta_err_z'))} {_fmt(x.get('o_err_rms'), '9.3e')} "
+    x, ex = r.result, r.exact
+    is_exact = r.kernel == "exact-rounding"
+
+    def excess(key):
+        if is_exact or x.get(key) is None or ex.get(key) is None:
+            return f"{'':>9}"
+        return f"{abs(x[key]) - abs(ex[key]):>+9.2f}"
+
+    line = (lead + f"{_fmt(x.get('o_err_mean'), '+11.3e')} {_fmt(x.get('o_err_z'))} {_fmt(x.get('o_err_worst_column_z'))} "
+            f"{_fmt(x.get('delta_err_mean'), '+11.3e')} {_fmt(x.get('delta_err_z'))} {x.get('nan_count', 0):>6} "
+            f"{excess('o_err_z')} {excess('delta_err_z')} {_fmt(x.get('o_err_rms'), '9.3e')} "
             f"{_fmt(x.get('dq_err_z'))} {_fmt(x.get('dk_err_z'))} {_fmt(x.get('dv_err_z'))}")
     if r.grads:
         line += f"  ({r.grads})"
