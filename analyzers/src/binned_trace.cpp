@@ -150,10 +150,12 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
           for (std::int64_t h = 0; h < a.heads; ++h) {
             const auto x = static_cast<std::size_t>(i * a.heads + h);
             HeadBin& b = acc[static_cast<std::size_t>(h)];
+            const bool o_read = x < oss.size();  // O error sums are read only for the report
+            bt.other_impossible += (rows[x] < -1) + (rep[x] < -1) + (oc[x] < -1) + (dc[x] < -1) + (o_read && oss[x] < 0) + (dss[x] < 0);
             if (rows[x] > 0 && rep[x] > rows[x]) ++bt.rates_above_one;
             else if (rows[x] > 0 && rep[x] >= 0) b.rows += double(rows[x]), b.repeated += double(rep[x]);
-            if (oc[x] > 0 && measured(os[x]) && measured(oss[x])) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
-            if (dc[x] > 0 && measured(ds[x]) && measured(dss[x])) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
+            if (o_read && oc[x] > 0 && measured(os[x]) && measured(oss[x]) && oss[x] >= 0) b.o_count += double(oc[x]), b.o_sum += os[x], b.o_sumsq += oss[x];
+            if (dc[x] > 0 && measured(ds[x]) && measured(dss[x]) && dss[x] >= 0) b.d_count += double(dc[x]), b.d_sum += ds[x], b.d_sumsq += dss[x];
             // logit_max is a max of |S|-sized scores: negative or NaN is unmeasured, +Inf kept.
             if (logits && lm[x] >= 0) b.logit_max = std::max(b.logit_max, lm[x]);
           }
@@ -191,8 +193,12 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       r.read_series(u + "similarity_prev", r0, m, sim);
       for (std::int64_t i = 0; i < m; ++i) {
         LayerBin& lb = bt.layer_bins[q.slot * K + bin[i]];
-        if (measured(conc[i])) lb.conc_sum += conc[i], lb.conc_n += 1, bt.has_updates = true;
-        if (measured(sim[i])) lb.sim_sum += sim[i], lb.sim_n += 1;
+        // Both lie in [0, 1] by definition (TRACE_FORMAT.md); anything else is impossible.
+        const bool conc_ok = measured(conc[i]) && conc[i] >= 0 && conc[i] <= 1 + 1e-9;
+        const bool sim_ok = measured(sim[i]) && sim[i] >= 0 && sim[i] <= 1 + 1e-9;
+        bt.other_impossible += (measured(conc[i]) && !conc_ok) + (measured(sim[i]) && !sim_ok);
+        if (conc_ok) lb.conc_sum += conc[i], lb.conc_n += 1, bt.has_updates = true;
+        if (sim_ok) lb.sim_sum += sim[i], lb.sim_n += 1;
       }
     }
     if (rows_done) rows_done(m);
@@ -240,6 +246,7 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
   into.has_updates = into.has_updates || part.has_updates;
   into.has_logits = into.has_logits || part.has_logits;
   into.rates_above_one += part.rates_above_one, into.negative_norms += part.negative_norms;
+  into.other_impossible += part.other_impossible;
 }
 
 // nan_inf events (few, read whole) mark non-finite values the rows cannot show: a NaN loss is

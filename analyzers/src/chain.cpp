@@ -76,10 +76,11 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   else
     c.findings.push_back(fmt::format("run verdict: FAILED, {} from step {}: {}", c.run.failure.kind, c.run.failure.onset_step,
                                      c.run.failure.evidence));
-  if (full.rates_above_one > 0 || full.negative_norms > 0)
+  if (full.rates_above_one > 0 || full.negative_norms > 0 || full.other_impossible > 0)
     c.findings.push_back(fmt::format("WARNING: the trace holds values that cannot be right, skipped as unmeasured: {} counters with more "
-                                     "repeated-max rows than rows, {} negative spectral norms (a writer bug or a foreign producer?)",
-                                     full.rates_above_one, full.negative_norms));
+                                     "repeated-max rows than rows, {} negative spectral norms, {} others (counts below -1, negative "
+                                     "sums of squares, concentration or similarity outside [0, 1]; a writer bug or a foreign producer?)",
+                                     full.rates_above_one, full.negative_norms, full.other_impossible));
   if (t.bins < full.bins)
     c.findings.push_back(fmt::format("the links are read up to step {}, where values turned non-finite; later records describe a broken model",
                                      full.first_nonfinite_step));

@@ -32,7 +32,7 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free, "progress counters
 struct SlotHeader {
   std::atomic<std::int64_t> rows_done{0};
   std::uint8_t has_head_sigma = 0, has_updates = 0, has_logits = 0;
-  std::int64_t rates_above_one = 0, negative_norms = 0;
+  std::int64_t rates_above_one = 0, negative_norms = 0, other_impossible = 0;
   char message[1024] = {};
 };
 
@@ -68,6 +68,7 @@ void save_bins(const BinnedTrace& part, char* slot) {
   auto* head = reinterpret_cast<SlotHeader*>(slot);
   head->has_head_sigma = part.has_head_sigma, head->has_updates = part.has_updates, head->has_logits = part.has_logits;
   head->rates_above_one = part.rates_above_one, head->negative_norms = part.negative_norms;
+  head->other_impossible = part.other_impossible;
   char* p = slot + sizeof(SlotHeader);
   std::memcpy(p, part.steps.data(), bytes_of(part.steps)), p += bytes_of(part.steps);
   std::memcpy(p, part.head_bins.data(), bytes_of(part.head_bins)), p += bytes_of(part.head_bins);
@@ -78,6 +79,7 @@ void load_bins(const char* slot, BinnedTrace& part) {
   const auto* head = reinterpret_cast<const SlotHeader*>(slot);
   part.has_head_sigma = head->has_head_sigma, part.has_updates = head->has_updates, part.has_logits = head->has_logits;
   part.rates_above_one = head->rates_above_one, part.negative_norms = head->negative_norms;
+  part.other_impossible = head->other_impossible;
   const char* p = slot + sizeof(SlotHeader);
   std::memcpy(part.steps.data(), p, bytes_of(part.steps)), p += bytes_of(part.steps);
   std::memcpy(part.head_bins.data(), p, bytes_of(part.head_bins)), p += bytes_of(part.head_bins);

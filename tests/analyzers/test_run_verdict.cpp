@@ -79,7 +79,11 @@ TEST_CASE("values that cannot be right are skipped and named in a warning", "[an
       TraceRecord rec = TraceRecord::unmeasured(L, r);
       rec.scalars = {3.0 - 0.01 * r, 1e-3, 1.0};
       for (auto& c : rec.attention[0]) c = HeadCounters{}, c.rows = 100, c.repeated_max_rows = r == 7 ? 500 : 1;
+      if (r == 11) rec.attention[0][0].delta_err_count = -5;  // counts below -1 (the unmeasured mark)
+      if (r == 12) rec.attention[0][1].delta_err_sumsq = -1.0;  // a negative sum of squares
       rec.weights[0].spectral_norm = r == 9 ? -2.0 : 1.0;
+      if (r == 13) rec.updates[0].concentration = 1.7;  // sigma_1^2 / |dW|_F^2 cannot exceed 1
+      if (r == 14) rec.updates[0].similarity_prev = -0.3;  // a product of absolute values
       rec.weights[0].head_spectral_norm = {1.0, 1.0};
       w.append(rec);
     }
@@ -87,6 +91,7 @@ TEST_CASE("values that cannot be right are skipped and named in a warning", "[an
   const auto t = analysis::bin_traces({path});
   CHECK(t.rates_above_one == 2);  // both heads of record 7
   CHECK(t.negative_norms == 1);
+  CHECK(t.other_impossible == 4);
   const auto c = analysis::reconstruct_chain(t);
   bool warned = false;
   for (const auto& f : c.findings) warned |= f.find("WARNING: the trace holds values that cannot be right") == 0;

@@ -47,8 +47,9 @@ struct BinnedTrace {
   bool has_head_sigma = false, has_updates = false, has_logits = false;
   bool read_o_error = false;
   // Values that cannot be right, skipped as unmeasured and counted for a warning: counters with
-  // more repeated-max rows than rows, negative spectral norms.
-  std::int64_t rates_above_one = 0, negative_norms = 0;  // O error sums binned too (the report's plot; no link reads them)
+  // more repeated-max rows than rows, negative spectral norms, and the rest (counts below -1, the
+  // unmeasured mark; negative sums of squares; concentration or similarity outside [0, 1]).
+  std::int64_t rates_above_one = 0, negative_norms = 0, other_impossible = 0;  // O error sums binned too (the report's plot; no link reads them)
   std::int64_t first_nonfinite_step = -1;  // first non-finite loss or nan_inf event; -1: none
   std::string nonfinite_evidence;          // what the first one was
 
