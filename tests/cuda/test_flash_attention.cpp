@@ -1,6 +1,6 @@
 // gpu: the CUDA fa2 kernels against the CPU fa2 emulation on the same inputs.
 //  - integer-valued inputs whose dot products and sums are exact in any order and whose P-bar
-//    is exactly 0 or 1: O bit for bit, every counter equal (fix none, paper, safe);
+//    is exactly 0 or 1: O bit for bit, every counter equal (fix none, paper, safe, sr);
 //  - the paper's adversarial input (a duplicated max key, sign-skewed V): counters equal, O within
 //    1 bf16 ulp, and at "full" the O / delta error sums agree with the CPU's fp64 hp errors
 //    (fix none, paper, safe and sr; sr's stochastic O is bit-identical on the exact inputs);
