@@ -68,16 +68,10 @@ std::string judge_outputs(const torch::Tensor& q, const torch::Tensor& k, const 
   const std::int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3), n = q.numel();
   const std::vector<float> qf = floats(q, "q", n), kf = floats(k, "k", n), vf = floats(v, "v", n), gf = floats(dout, "dout", n);
   const AttentionInputs in{qf.data(), kf.data(), vf.data(), gf.data(), B, H, N, d};
-  AttentionConfig rc;
-  rc.policy = Policy::fp32;
-  rc.causal = causal;
-  AttentionOptions opt;
-  opt.backward = false;
-  opt.keep_reference = true;
-  const AttentionRun ref = run_attention(rc, in, opt);
-  const std::vector<float> exact = correctly_rounded_output(ref);
+  const ExactReference er = exact_reference(in, causal);
+  const AttentionRun& ref = er.reference;
   nlohmann::json out;
-  out["exact_rounding"] = summary_json(summarize_output("exact-rounding", "-", output_errors(ref, exact.data(), gf.data())));
+  out["exact_rounding"] = summary_json(er.exact);
   // Gradient references (fp64 textbook attention), computed once if any output has gradients.
   std::vector<double> dq_hp, dk_hp, dv_hp;
   bool any_grad = false;

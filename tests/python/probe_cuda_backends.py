@@ -3,31 +3,19 @@ the sr fix, SDPA flash/cuDNN/efficient/math, FlexAttention): every backend eithe
 skipped with a reason; the exact-rounding callable on CUDA passes and the deliberately biased one
 fails; lpdiag's op without a fix fails strong sinks and with `sr` passes. Exits 77 without CUDA."""
 import json
-import subprocess
 import sys
 
 import torch
+
+from check_helpers import check, finish, probe
 
 if not torch.cuda.is_available():
     print("SKIP: no CUDA device visible to torch")
     sys.exit(77)
 
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail[:2000]}" if detail and not ok else ""))
-    failures += not ok
-
-
-def probe(*args):
-    out = subprocess.run([sys.executable, "-m", "lpdiag", "probe", "--json", *args], capture_output=True, text=True)
-    return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {"results": []}), out.stderr
-
-
-rc, j, err = probe("--kernel", "lpdiag,sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math,flex,kernels_for_tests:exact,"
+rc, out, err = probe("--json", "--kernel", "lpdiag,sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math,flex,kernels_for_tests:exact,"
                    "kernels_for_tests:biased", "--fix", "none,sr", "--family", "strong-sinks,iid", "--causal", "no")
+j = json.loads(out) if out.strip() else {"results": []}
 res = {(r["family"], r["kernel"]): r for r in j["results"]}
 check("the run finished with a verdict (exit 1: some backend is biased)", rc == 1, err)
 for name in ["lpdiag", "lpdiag/sr", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flex"]:
@@ -37,5 +25,4 @@ check("exact rounding (CUDA tensors) passes", res[("strong-sinks", "kernels_for_
 check("the biased callable fails", res[("iid", "kernels_for_tests:biased")]["failed"] is True)
 check("lpdiag without a fix fails strong sinks", res[("strong-sinks", "lpdiag")]["failed"] is True)
 check("lpdiag with sr passes strong sinks", res[("strong-sinks", "lpdiag/sr")]["failed"] is False)
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

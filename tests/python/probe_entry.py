@@ -5,28 +5,14 @@ having no gradients, and a backend this torch lacks is skipped (exit 2 when noth
     probe_entry.py   (PYTHONPATH holds python/ and tests/python/; LPDIAG_TORCH_LIBRARY the op library)"""
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import torch
 
+from check_helpers import check, finish, probe
+
 import kernels_for_tests as kt
 import lpdiag.testing
-
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
-    failures += not ok
-
-
-def probe(*args):
-    out = subprocess.run([sys.executable, "-m", "lpdiag", "probe", *args], capture_output=True, text=True)
-    return out.returncode, out.stdout, out.stderr
-
 
 rc, out, err = probe("--kernel", "kernels_for_tests:exact", "--family", "strong-sinks,iid", "--causal", "no")
 check("the exact-rounding callable passes (exit 0)", rc == 0 and "all 2 probes passed" in out, out + err)
@@ -68,5 +54,4 @@ try:
 except AssertionError as e:
     check("assert_unbiased rejects the biased callable, with the table", "FAIL" in str(e) and "exact-rounding" in str(e), str(e))
 
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

@@ -94,15 +94,9 @@ int run_probe(const ProbeArgs& a) {
         const AttentionInputs in{pc.q.data(), pc.k.data(), pc.v.data(), pc.dout.data(), pc.B, pc.H, pc.N, pc.d};
         const std::string lead = fmt::format("{:<13} {:<6} {:<4} ", fam, causal ? "yes" : "no", si);
         // The reference, and the exact-rounding row every other row is judged against.
-        AttentionConfig rc;
-        rc.policy = Policy::fp32;
-        rc.causal = causal;
-        AttentionOptions ropt;
-        ropt.backward = false;
-        ropt.keep_reference = true;
-        const AttentionRun ref = run_attention(rc, in, ropt);
-        const std::vector<float> exact_o = correctly_rounded_output(ref);
-        const AttentionSummary ex = summarize_output("exact-rounding", "-", output_errors(ref, exact_o.data(), pc.dout.data()));
+        const ExactReference er = exact_reference(in, causal);
+        const AttentionRun& ref = er.reference;
+        const AttentionSummary& ex = er.exact;
         if (a.json) {
           nlohmann::json j = to_json(ex);
           j["family"] = fam, j["causal"] = causal, j["seed"] = si, j["failed"] = false;

@@ -40,17 +40,10 @@ int run_replay(const ReplayArgs& a) {
   }
   // The reference (fp64, forward only), exact rounding, and the recorded kernel output.
   {
-    AttentionConfig rc;
-    rc.policy = Policy::fp32;
-    rc.causal = cap.causal;
-    rc.scale = cap.scale;
-    AttentionOptions ropt;
-    ropt.backward = false;
-    ropt.keep_reference = true;
     if (!a.json) std::cerr << "computing the fp64 reference ...\r" << std::flush;
-    const AttentionRun ref = run_attention(rc, in, ropt);
-    const std::vector<float> exact_o = correctly_rounded_output(ref);
-    const AttentionSummary ex = summarize_output("exact-rounding", "-", output_errors(ref, exact_o.data(), cap.dout.data()));
+    const ExactReference er = exact_reference(in, cap.causal, cap.scale);
+    const AttentionRun& ref = er.reference;
+    const AttentionSummary& ex = er.exact;
     if (a.json) exact_json = to_json(ex);
     else std::cout << format_table_row(ex) << "\n";
     if (!cap.o.empty()) {

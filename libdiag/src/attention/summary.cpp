@@ -51,4 +51,18 @@ AttentionSummary summarize(const AttentionConfig& cfg, const AttentionRun& run) 
   return s;
 }
 
+ExactReference exact_reference(const AttentionInputs& in, bool causal, double scale) {
+  AttentionConfig rc;
+  rc.policy = Policy::fp32;  // any policy: only its fp64 reference is used
+  rc.causal = causal;
+  rc.scale = scale;
+  AttentionOptions opt;
+  opt.backward = false;
+  opt.keep_reference = true;
+  ExactReference r{run_attention(rc, in, opt), {}};
+  const std::vector<float> o = correctly_rounded_output(r.reference);
+  r.exact = summarize_output("exact-rounding", "-", output_errors(r.reference, o.data(), in.dout));
+  return r;
+}
+
 }  // namespace lpdiag

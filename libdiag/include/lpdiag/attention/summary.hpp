@@ -24,4 +24,13 @@ AttentionSummary summarize(const AttentionConfig& cfg, const AttentionRun& run);
 // judged by output_errors; `name` goes in the policy column, `fix` in the fix column.
 AttentionSummary summarize_output(const std::string& name, const std::string& fix, const OutputErrors& e);
 
+// The fp64 reference of some inputs (forward only, kept for output_errors) and the
+// `exact-rounding` row: that reference rounded once to bf16, judged like any output. Every
+// probe and replay table starts from it. scale 0: 1/sqrt(d).
+struct ExactReference {
+  AttentionRun reference;
+  AttentionSummary exact;
+};
+ExactReference exact_reference(const AttentionInputs& in, bool causal, double scale = 0.0);
+
 }  // namespace lpdiag
