@@ -14,7 +14,8 @@ const std::vector<std::string>& probe_family_names() {
   return names;
 }
 
-ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed) {
+ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed, std::int64_t head_dim) {
+  if (head_dim < 2) throw InvalidArgument("probe case: head dim must be >= 2, got " + std::to_string(head_dim));
   ProbeCase pc;
   pc.family = family;
   pc.causal = causal;
@@ -22,7 +23,7 @@ ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t 
   pc.B = strong ? 2 : 1;
   pc.H = strong ? 8 : 4;
   pc.N = family == "long-rows" ? 2048 : strong ? 512 : 256;
-  pc.d = 64;
+  pc.d = head_dim;
   std::mt19937_64 rng(seed ^ std::hash<std::string>{}(family) ^ (causal ? 0x9E37u : 0u));
   std::normal_distribution<float> g;
   std::uniform_real_distribution<float> u(0.5f, 2.0f);

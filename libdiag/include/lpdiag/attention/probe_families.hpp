@@ -18,6 +18,8 @@ struct ProbeCase {
 // iid, sinks, dup-keys, skewed-v, large-logits, long-rows, zero-max, strong-sinks
 const std::vector<std::string>& probe_family_names();
 constexpr std::uint64_t kProbeSeed = 0x1DA60B3;  // the fixed seed `lpdiag probe` starts from
-ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed = kProbeSeed);
+// head_dim: 64 for `lpdiag probe`; other values keep each family's meaning (logit gaps are set
+// through 1/sqrt(d)), for tests of other kernel shapes.
+ProbeCase make_probe_case(const std::string& family, bool causal, std::uint64_t seed = kProbeSeed, std::int64_t head_dim = 64);
 
 }  // namespace lpdiag
