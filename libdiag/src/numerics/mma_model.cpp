@@ -62,6 +62,16 @@ inline float to_float(std::int64_t v, int lsb, bool nearest) {
       if (rest > half || (rest == half && (mag & 1))) ++mag;  // a carry to 2^24 is still exact
     }
   }
+  // mag < 2^24 (or = 2^24 after a carry): value = mag 2^lsb. Normal results are built bit by bit.
+  const int top = 63 - __builtin_clzll(mag);  // 23, or 24 after a carry, or less for small sums
+  const int e = top + lsb;                    // unbiased exponent of the result
+  if (e >= -126 && e <= 127) {
+    const std::uint32_t word = (neg ? 0x80000000u : 0u) | static_cast<std::uint32_t>(e + 127) << 23 |
+                               (static_cast<std::uint32_t>(mag << (23 - top)) & 0x7FFFFFu);
+    float r;
+    std::memcpy(&r, &word, 4);
+    return r;
+  }
   const float r = std::ldexp(static_cast<float>(mag), lsb);
   return neg ? -r : r;
 }
@@ -70,34 +80,52 @@ inline float to_float(std::int64_t v, int lsb, bool nearest) {
 
 float mma_accumulate(float c, const float* a, const float* b, int n, const MmaModel& m) {
   float acc = c;
-  float prod[64];
   for (int k0 = 0; k0 < n; k0 += m.group) {
     const int k1 = k0 + m.group < n ? k0 + m.group : n, g = k1 - k0;
-    bool finite = std::isfinite(acc);
+    // The products as exact integers: a bf16 value held in a float has at most 8 significant
+    // bits, so |a b| = (ma mb) 2^(ea + eb - 46) with ma, mb the 24-bit float significands
+    // (whose low 16 bits are zero): the product's integer is (ma >> 16)(mb >> 16) 2^32.
+    std::int64_t pm[64];
+    int pe[64];  // exponent of the product's integer's unit (value = pm 2^pe)
+    bool finite = std::isfinite(acc), exact_inputs = true;
+    const Term tc = split(acc);
+    int emax = tc.mant ? tc.exp : -100000;
     for (int k = 0; k < g; ++k) {
-      prod[k] = a[k0 + k] * b[k0 + k];  // exact: at most 16 significand bits (outside under/overflow)
-      finite = finite && std::isfinite(prod[k]);
+      const Term ta = split(a[k0 + k]), tb = split(b[k0 + k]);
+      finite = finite && std::isfinite(a[k0 + k]) && std::isfinite(b[k0 + k]);
+      exact_inputs = exact_inputs && (ta.mant & 0xFFFF) == 0 && (tb.mant & 0xFFFF) == 0;
+      pm[k] = (ta.mant / 65536) * (tb.mant / 65536);  // exact when the inputs are bf16
+      pe[k] = ta.exp + tb.exp - 14;                   // value = pm 2^(ea - 7 + eb - 7)
+      if (pm[k]) {
+        const int e = m.product_exp_from_inputs ? ta.exp + tb.exp : 63 - __builtin_clzll(static_cast<std::uint64_t>(pm[k] < 0 ? -pm[k] : pm[k])) + pe[k];
+        if (e > emax) emax = e;
+      }
     }
-    if (!finite) {
+    if (!finite || !exact_inputs) {  // IEEE for non-finite values; inputs that are not bf16: exact products in double
       double plain = acc;
       for (int k = 0; k < g; ++k) plain += static_cast<double>(a[k0 + k]) * b[k0 + k];
       acc = static_cast<float>(plain);
       continue;
     }
-    Term t[65];
-    t[0] = split(acc);
-    int emax = -1000;
-    if (t[0].mant) emax = t[0].exp;
+    if (emax == -100000) continue;  // every term zero: acc unchanged
+    const int lsb = emax - m.frame_bits + 1;
+    std::int64_t sum = align(tc, lsb, m.truncate_toward_zero);
     for (int k = 0; k < g; ++k) {
-      t[k + 1] = split(prod[k]);
-      if (!t[k + 1].mant) continue;
-      const int e = m.product_exp_from_inputs ? split(a[k0 + k]).exp + split(b[k0 + k]).exp : t[k + 1].exp;
-      if (e > emax) emax = e;
+      if (!pm[k]) continue;
+      const int shift = pe[k] - lsb;
+      std::int64_t v;
+      if (shift >= 0) {
+        v = pm[k] * (std::int64_t{1} << shift);
+      } else if (shift <= -40) {
+        v = m.truncate_toward_zero || pm[k] >= 0 ? 0 : -1;
+      } else if (m.truncate_toward_zero) {
+        const std::int64_t mag = (pm[k] < 0 ? -pm[k] : pm[k]) >> -shift;
+        v = pm[k] < 0 ? -mag : mag;
+      } else {
+        v = pm[k] >> -shift;
+      }
+      sum += v;
     }
-    if (emax == -1000) continue;  // every term zero: acc unchanged
-    const int lsb = emax - 23 - (m.frame_bits - 24);
-    std::int64_t sum = 0;
-    for (int k = 0; k <= g; ++k) sum += align(t[k], lsb, m.truncate_toward_zero);
     acc = to_float(sum, lsb, m.round_nearest);
   }
   return acc;

@@ -25,7 +25,8 @@ struct MmaModel {
 const MmaModel& hopper_mma_model();
 
 // c + sum_{k < n} a[k] b[k] under the model; a and b hold bf16 values as floats. Non-finite
-// inputs give the IEEE result of the plain sum (Inf or NaN).
+// inputs give the IEEE result of the plain sum (Inf or NaN); inputs that are not bf16 values
+// (outside the model) give the exact sum rounded once to fp32.
 float mma_accumulate(float c, const float* a, const float* b, int n, const MmaModel& m = hopper_mma_model());
 
 }  // namespace lpdiag
