@@ -61,8 +61,8 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
     TORCH_CHECK(!WriterLock::held_by_another(path_), "lpdiag.Monitor: ", path_,
                 " is being recorded by another writer now; give this run another path (it was left untouched)");
   }
-  // Until the first record says otherwise, the next forward is step 0 (a run that starts at step
-  // k > 0 cannot have its very first step captured by number).
+  // Until the first record says otherwise, the next forward is step 0 (a run that resumes at step
+  // k > 0 says so with set_start_step).
   CaptureBoard::instance().set_step(0);
   for (int64_t l = 0; l < n_layer; ++l)
     layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
@@ -154,6 +154,13 @@ void Monitor::set_cuda_graphs(bool on) {
 void Monitor::set_capture_trigger(double rate, int64_t max_captures) {
   capture_rate_ = rate;
   captures_left_ = max_captures;
+}
+
+void Monitor::set_start_step(int64_t step) {
+  TORCH_CHECK(step >= 0, "lpdiag.Monitor.set_start_step: step must be >= 0, got ", step);
+  TORCH_CHECK(records_ == 0, "lpdiag.Monitor.set_start_step: call it before the first record (", records_,
+              " records written)");
+  CaptureBoard::instance().set_step(step);
 }
 
 void Monitor::request_capture(int64_t layer, int64_t step) {

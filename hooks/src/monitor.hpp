@@ -52,6 +52,10 @@ class Monitor : public torch::CustomClassHolder {
   // `rate` (at most `max_captures` captures).
   void set_capture_trigger(double rate, int64_t max_captures);
   void request_capture(int64_t layer, int64_t step);
+  // A resumed run: its first record will be step `step`, so its first forward is that step and
+  // request_capture(layer, step) can name it. Before the first record (afterwards each record
+  // says which step comes next).
+  void set_start_step(int64_t step);
 
   // Records step `step`. Returns false when training should stop (non-finite loss and
   // stop_on_nan). With weights on CUDA the statistics run on a side stream and the record is

@@ -39,6 +39,7 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("set_attention_numerics", &Monitor::set_attention_numerics)
       .def("set_capture_trigger", &Monitor::set_capture_trigger)
       .def("request_capture", &Monitor::request_capture)
+      .def("set_start_step", &Monitor::set_start_step)
       // loss and grad_norm: Python floats, or scalar tensors that may stay on the device.
       .def("record",
            [](const c10::intrusive_ptr<Monitor>& self, int64_t step, const c10::IValue& loss, double lr,

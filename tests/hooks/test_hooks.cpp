@@ -228,6 +228,35 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   CHECK(std::equal(c.q.begin(), c.q.end(), q_step2.data_ptr<float>()));  // bit-exact: bf16 values stored as float
 }
 
+TEST_CASE("Monitor: a resumed run's first step can be captured by number", "[hooks][monitor]") {
+  lpdiag::hooks::CounterSink::instance().drain();
+  auto mon = c10::make_intrusive<Monitor>(tmp("resumed.h5"), 1, 2, 8, "{}", 0, 1);
+  mon->set_start_step(7);
+  mon->request_capture(0, 7);  // the very first forward of this process
+  auto x = torch::randn({1, 2, 16, 8}).to(torch::kBFloat16);
+  const torch::Tensor q7 = x.to(torch::kFloat32).contiguous();
+  for (int64_t step = 7; step < 9; ++step) {
+    auto q = (step == 7 ? x : torch::randn({1, 2, 16, 8}).to(torch::kBFloat16)).requires_grad_(true);
+    attention(q, q, q, false, "fa2", "none", "counters", 0).to(torch::kFloat32).sum().backward();
+    mon->record(step, 1.0, 1e-3, 1.0);
+  }
+  mon->close();
+  lpdiag::TraceReader r(mon->trace_path());
+  int captures = 0;
+  for (const auto& e : r.events()) {
+    if (e.kind != "capture_written") continue;
+    ++captures;
+    const lpdiag::AttentionCapture c = lpdiag::read_capture(e.message);
+    CHECK(c.step == 7);
+    CHECK(torch::equal(torch::from_blob(const_cast<float*>(c.q.data()), {1, 2, 16, 8}, torch::kFloat32), q7));
+  }
+  CHECK(captures == 1);
+  auto late = c10::make_intrusive<Monitor>(tmp("resumed-late.h5"), 1, 2, 8, "{}", 0, 1);
+  late->record(0, 1.0, 1e-3, 1.0);
+  CHECK_THROWS(late->set_start_step(3));  // after the first record
+  late->close();
+}
+
 TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the threshold", "[hooks][monitor]") {
   lpdiag::hooks::CounterSink::instance().drain();
   auto mon = c10::make_intrusive<Monitor>(tmp("trigger.h5"), 1, 2, 8, "{}", 0, 1);
