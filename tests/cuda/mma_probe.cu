@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "flash/mma.cuh"
+#include "to_device.hpp"
 #include "flash/tile_copy.cuh"
 #include "flash/wgmma.cuh"
 #include "lpdiag/numerics/convert.hpp"
@@ -262,14 +263,6 @@ void fill(Record& r, Gen& g) {
   }
   for (int i = 0; i < M * 16; ++i) r.a[i] = bf_bits(a[i]);
   for (int i = 0; i < 16 * N; ++i) r.b[i] = bf_bits(b[i]);
-}
-
-template <class T>
-T* to_device(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(&d, h.size() * sizeof(T));
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
 }
 
 // Runs every record of one kind on the device and fills r.d.

@@ -15,6 +15,7 @@
 
 #include "flash/forward_wgmma_kernel.cuh"
 #include "flash/mma.cuh"
+#include "to_device.hpp"
 #include "flash/wgmma.cuh"
 
 namespace fl = lpdiag::cuda::flash;
@@ -131,14 +132,6 @@ std::vector<__nv_bfloat16> random_ints(std::size_t n, std::mt19937& rng, std::ve
     out[i] = __float2bfloat16(as_float[i]);
   }
   return out;
-}
-
-template <class T>
-T* to_device(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(&d, h.size() * sizeof(T));
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
 }
 
 int failures = 0;

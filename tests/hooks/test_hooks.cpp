@@ -228,6 +228,14 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   CHECK(std::equal(c.q.begin(), c.q.end(), q_step2.data_ptr<float>()));  // bit-exact: bf16 values stored as float
 }
 
+// The captures a trace's capture_written events name, read back.
+std::vector<lpdiag::AttentionCapture> captures_written(const std::string& trace) {
+  std::vector<lpdiag::AttentionCapture> out;
+  for (const auto& e : lpdiag::TraceReader(trace).events())
+    if (e.kind == "capture_written") out.push_back(lpdiag::read_capture(e.message));
+  return out;
+}
+
 TEST_CASE("Monitor: a resumed run's first step can be captured by number", "[hooks][monitor]") {
   lpdiag::hooks::CounterSink::instance().drain();
   auto mon = c10::make_intrusive<Monitor>(tmp("resumed.h5"), 1, 2, 8, "{}", 0, 1);
@@ -241,16 +249,10 @@ TEST_CASE("Monitor: a resumed run's first step can be captured by number", "[hoo
     mon->record(step, 1.0, 1e-3, 1.0);
   }
   mon->close();
-  lpdiag::TraceReader r(mon->trace_path());
-  int captures = 0;
-  for (const auto& e : r.events()) {
-    if (e.kind != "capture_written") continue;
-    ++captures;
-    const lpdiag::AttentionCapture c = lpdiag::read_capture(e.message);
-    CHECK(c.step == 7);
-    CHECK(torch::equal(torch::from_blob(const_cast<float*>(c.q.data()), {1, 2, 16, 8}, torch::kFloat32), q7));
-  }
-  CHECK(captures == 1);
+  const auto caps = captures_written(mon->trace_path());
+  REQUIRE(caps.size() == 1);
+  CHECK(caps[0].step == 7);
+  CHECK(torch::equal(torch::from_blob(const_cast<float*>(caps[0].q.data()), {1, 2, 16, 8}, torch::kFloat32), q7));
   auto late = c10::make_intrusive<Monitor>(tmp("resumed-late.h5"), 1, 2, 8, "{}", 0, 1);
   late->record(0, 1.0, 1e-3, 1.0);
   CHECK_THROWS(late->set_start_step(3));  // after the first record
@@ -269,14 +271,9 @@ TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the thre
     mon->record(step, 1.0, 1e-3, 1.0);
   }
   mon->close();
-  lpdiag::TraceReader r(mon->trace_path());
-  int captures = 0;
-  for (const auto& e : r.events()) {
-    if (e.kind != "capture_written") continue;
-    ++captures;
-    CHECK(lpdiag::read_capture(e.message).step == 1);  // requested at step 0 for the next step
-  }
-  CHECK(captures == 1);
+  const auto caps = captures_written(mon->trace_path());
+  REQUIRE(caps.size() == 1);
+  CHECK(caps[0].step == 1);  // requested at step 0 for the next step
 }
 
 TEST_CASE("flash_tensors packs torch tensors into the CUDA entries' arguments", "[hooks][cuda-args]") {
