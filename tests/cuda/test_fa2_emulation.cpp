@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::string fix;
     std::future<AttentionRun> cpu;
   };
-  std::vector<Case> todo;
+  std::vector<Case> cases_to_run;
   for (const auto& fam : probe_family_names())
     for (bool causal : {false, true})
       for (const char* fix : {"none", "paper", "safe", "sr"})
@@ -69,11 +69,11 @@ int main(int argc, char** argv) {
             Case c{make_probe_case(fam, causal, seed, hd), AttentionConfig{}, seed, fix, {}};
             c.cfg.causal = causal;
             c.cfg.fix = parse_fix(fix);
-            todo.push_back(std::move(c));
+            cases_to_run.push_back(std::move(c));
           }
         }
   // The emulations run concurrently (one thread each), the kernels one after another.
-  for (auto& c : todo)
+  for (auto& c : cases_to_run)
     c.cpu = std::async(std::launch::async, [&c] {
       const AttentionInputs in{c.pc.q.data(), c.pc.k.data(), c.pc.v.data(), c.pc.dout.data(), c.pc.B, c.pc.H, c.pc.N, c.pc.d};
       AttentionOptions opt;
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
       opt.threads = 1;
       return run_attention(c.cfg, in, opt);
     });
-  for (auto& c : todo) {
+  for (auto& c : cases_to_run) {
     const ProbeCase& pc = c.pc;
     const AttentionInputs in{pc.q.data(), pc.k.data(), pc.v.data(), pc.dout.data(), pc.B, pc.H, pc.N, pc.d};
     const AttentionRun gpu = cuda::run_attention_cuda(c.cfg, in, cuda::Instrument::counters, false);
