@@ -330,7 +330,6 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   if (const int sig = termination::pending(); sig != 0 && writer_) {
     // SIGTERM / SIGINT arrived since the last record: keep everything recorded, then end as the
     // signal would have.
-    termination::claim();
     close();
     termination::reraise(sig);
   }

@@ -3,17 +3,13 @@
 // flushes and closes the trace and re-raises the signal with its default action, so the process
 // ends exactly as it would have, one step later. Handlers are installed only where the
 // disposition is the default: a program's own handlers (Python's SIGINT -> KeyboardInterrupt)
-// are never replaced. A second signal before the next record ends the process at once, and so
-// does a wait longer than LPDIAG_TERMINATION_GRACE_S (default 60 s; 0: no limit) for a loop that
-// is stuck and will not record again (its unflushed records are then lost, as without lpdiag).
-// Forked children get the default actions back.
+// are never replaced. A second signal before the next record ends the process at once.
 #pragma once
 
 namespace lpdiag::hooks::termination {
 
 void install();   // idempotent
 int pending();    // the signal received, 0 if none
-void claim();     // the caller is closing the trace for it: the grace deadline no longer applies
 [[noreturn]] void reraise(int sig);  // default action restored, then the signal raised again
 
 }  // namespace lpdiag::hooks::termination
