@@ -69,6 +69,7 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
 }
 
 Monitor::~Monitor() {
+  if (last_resort_id_ != 0) termination::remove_last_resort(last_resort_id_);
   try {
     close();
   } catch (...) {
@@ -294,6 +295,12 @@ void Monitor::start() {
   open_writer();
   if (no_trace_) return;
   termination::install();
+  // A loop stuck after SIGTERM: when the grace has run out, keep the records since the last flush
+  // (the buffered rows; a record still waiting for the device is lost).
+  last_resort_id_ = termination::add_last_resort([this] {
+    std::unique_lock<std::recursive_mutex> lk(io_mutex_, std::try_to_lock);
+    if (lk.owns_lock() && writer_) writer_->close();
+  });
   group_matrices();
   // A side stream when every matrix lives on one CUDA device; otherwise in line.
   bool one_cuda = !matrices_.empty();
@@ -327,9 +334,11 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   TORCH_CHECK(loss.is_floating_point() && grad_norm.is_floating_point(),
               "lpdiag.Monitor.record: loss and grad_norm must be floating point, got ", loss.scalar_type(), " and ",
               grad_norm.scalar_type());
+  std::lock_guard<std::recursive_mutex> io(io_mutex_);
   if (const int sig = termination::pending(); sig != 0 && writer_) {
     // SIGTERM / SIGINT arrived since the last record: keep everything recorded, then end as the
     // signal would have.
+    termination::claim();
     close();
     termination::reraise(sig);
   }
@@ -439,6 +448,7 @@ void Monitor::finish_pending(int64_t next_step) {
 }
 
 void Monitor::close() {
+  std::lock_guard<std::recursive_mutex> io(io_mutex_);
   if (!writer_) return;
   finish_pending(-1);  // no step follows: a capture would never be written
   writer_->close();

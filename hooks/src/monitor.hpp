@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,6 +110,10 @@ class Monitor : public torch::CustomClassHolder {
   int64_t records_ = 0;
   TraceLayout layout_;
   std::unique_ptr<TraceWriter> writer_;
+  // Held by record() and close(); the termination watchdog closes the trace only when it can take
+  // it (the training thread is not inside the writer).
+  std::recursive_mutex io_mutex_;
+  int last_resort_id_ = 0;  // the watchdog's registration, 0 when none
   std::unique_ptr<StatsStream> stream_;          // CUDA weights: statistics beside training
   std::optional<torch::Device> stream_device_;   // its device: counters there are taken without waiting
   std::unique_ptr<TraceRecord> pending_record_;  // queued by the last record(), appended by the next
