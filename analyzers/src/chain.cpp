@@ -2,33 +2,99 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
 namespace {
 
-// Pearson correlation of x[b] with y[b + lag], the best lag in [0, max_lag], Fisher's p.
-LagCorrelation lagged_correlation(const std::vector<double>& x, const std::vector<double>& y, int max_lag) {
+// Ranks 1..n of v (ties get their mean rank).
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<std::size_t> idx(v.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < idx.size();) {
+    std::size_t j = i;
+    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
+    for (std::size_t k = i; k <= j; ++k) r[idx[k]] = 0.5 * double(i + j) + 1.0;
+    i = j + 1;
+  }
+  return r;
+}
+
+// Spearman (rank) correlation of x[b] with y[b + lag] over b >= begin, the best lag in
+// [0, max_lag], p from Fisher's transform with the rank correlation's variance 1.06 / (n - 3),
+// Bonferroni over the lags and the `ranges` ranges tried. Ranks, because both series are
+// heavy-tailed: one outlying bin must not make or break the correlation.
+LagCorrelation lagged_correlation(const std::vector<double>& x, const std::vector<double>& y, int max_lag, int begin = 0,
+                                  int ranges = 1) {
   LagCorrelation best;
   for (int lag = 0; lag <= max_lag; ++lag) {
-    double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-    int n = 0;
-    for (std::size_t b = 0; b + lag < x.size(); ++b) {
-      const double a = x[b], c = y[b + lag];
-      if (!std::isfinite(a) || !std::isfinite(c)) continue;
-      ++n, sx += a, sy += c, sxx += a * a, syy += c * c, sxy += a * c;
-    }
+    std::vector<double> a, c;
+    for (std::size_t b = static_cast<std::size_t>(std::max(0, begin)); b + lag < x.size(); ++b)
+      if (std::isfinite(x[b]) && std::isfinite(y[b + lag])) a.push_back(x[b]), c.push_back(y[b + lag]);
+    const int n = static_cast<int>(a.size());
     if (n < 8) continue;
+    const auto ra = ranks(a), rc = ranks(c);
+    double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+    for (int i = 0; i < n; ++i) sx += ra[i], sy += rc[i], sxx += ra[i] * ra[i], syy += rc[i] * rc[i], sxy += ra[i] * rc[i];
     const double cov = sxy - sx * sy / n, vx = sxx - sx * sx / n, vy = syy - sy * sy / n;
     if (vx <= 0 || vy <= 0) continue;
     const double r = cov / std::sqrt(vx * vy);
-    const double z = std::atanh(std::min(0.999999, std::max(-0.999999, r))) * std::sqrt(double(n - 3));
-    const double p = std::min(1.0, std::erfc(std::fabs(z) / std::sqrt(2.0)) * (max_lag + 1));
+    const double z = std::atanh(std::min(0.999999, std::max(-0.999999, r))) * std::sqrt(double(n - 3) / 1.06);
+    const double p = std::min(1.0, std::erfc(std::fabs(z) / std::sqrt(2.0)) * (max_lag + 1) * ranges);
     if (!best.computed || r > best.r) best = {true, lag, r, p, n};
   }
   return best;
+}
+
+// v minus its least-squares quadratic in the bin index over [begin, end) (NaN outside): what
+// varies beyond the smooth trend. Growth that a bias drives rises and falls with it; the ramp
+// both share (and background drift) is the trend.
+std::vector<double> detrended(const std::vector<double>& v, int begin, bool relative = false) {
+  const int end = static_cast<int>(v.size());
+  std::vector<double> out(v.size(), std::nan(""));
+  // Normal equations for a + b u + c u^2, u centred and scaled to [-1, 1].
+  const double mid = 0.5 * (begin + end - 1), half = std::max(1.0, 0.5 * (end - 1 - begin));
+  double m[3][4] = {};
+  int n = 0;
+  for (int i = std::max(0, begin); i < end; ++i) {
+    if (!std::isfinite(v[i])) continue;
+    const double u = (i - mid) / half, f[3] = {1, u, u * u};
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) m[r][c] += f[r] * f[c];
+      m[r][3] += f[r] * v[i];
+    }
+    ++n;
+  }
+  if (n < 8) return out;
+  for (int k = 0; k < 3; ++k) {  // Gauss-Jordan; the matrix is positive definite for n >= 3 points
+    const double piv = m[k][k];
+    if (!(std::fabs(piv) > 1e-12)) return out;
+    for (int c = 0; c < 4; ++c) m[k][c] /= piv;
+    for (int r = 0; r < 3; ++r)
+      if (r != k) {
+        const double f = m[r][k];
+        for (int c = 0; c < 4; ++c) m[r][c] -= f * m[k][c];
+      }
+  }
+  double top = 0;
+  auto trend = [&](int i) {
+    const double u = (i - mid) / half;
+    return m[0][3] + m[1][3] * u + m[2][3] * u * u;
+  };
+  for (int i = std::max(0, begin); i < end; ++i) top = std::max(top, trend(i));
+  for (int i = std::max(0, begin); i < end; ++i)
+    if (std::isfinite(v[i])) {
+      const double f = trend(i);
+      if (!relative) out[i] = v[i] - f;
+      else if (f > 0.25 * top) out[i] = v[i] / f;  // where the trend is well above zero
+    }
+  return out;
 }
 
 // The bins up to and including the one where values first turned non-finite: after it the
@@ -57,6 +123,18 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   ChainResult c;
   const BinnedTrace t = before_nonfinite(full);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
+  // The strongest bias may sit in another head than the trigger (heavy-tailed noise, or a
+  // second biased head): the chain is about the trigger's head, so ask there too, at the same
+  // threshold as the full search.
+  if (c.links[0].present && c.links[1].present &&
+      (c.links[1].layer_index != c.links[0].layer_index || c.links[1].head != c.links[0].head)) {
+    LinkResult at_trigger = analyze_bias(t, bias_z, c.links[0].layer_index, c.links[0].head);
+    if (at_trigger.present) {
+      at_trigger.evidence += fmt::format(" (at the trigger's head; the strongest delta-error bias is at layer {} head {})",
+                                         c.links[1].layer_index, c.links[1].head);
+      c.links[1] = at_trigger;
+    }
+  }
   c.run = judge_run(full, c.links[4]);
   const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3];
   LinkResult& c5 = c.links[4];
@@ -142,7 +220,10 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // Bias drives growth: delta error mean (signed so the bias is positive) against the growth
   // rate of log sigma_1, lagged.
   const std::size_t slot = t.layer_slot(c2.layer_index);
-  const auto dm = delta_z(t, slot, c2.head);  // z per bin: bins hold different record counts
+  // The bias level per bin is its mean error, not its z: a bin's z grows with the records it
+  // holds, and so does its growth in log sigma_1 where records are dense, which would correlate
+  // through the record count alone.
+  const auto dm = delta_mean(t, slot, c2.head);
   const auto sig = head_sigma(t, slot, c4.head);
   const double sign = c2.effect >= 0 ? 1.0 : -1.0;
   std::vector<double> x(dm.size(), tools::nan()), y(dm.size(), tools::nan());
@@ -150,18 +231,62 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     x[b] = sign * dm[b];
     if (b > 0 && sig[b] > 0 && sig[b - 1] > 0) y[b] = std::log(sig[b]) - std::log(sig[b - 1]);
   }
-  c.correlation = lagged_correlation(x, y, std::max(1, t.bins / 20));
-  // p < 0.01 (Bonferroni over the lags): the other four conditions already guard precision, and
-  // a run cut short by non-finite values leaves few bins (docs/ANALYZERS.md).
-  if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
-    return no_chain(fmt::format("the bias does not track the growth rate (lagged r {:.2f}, p {:.2g})", c.correlation.r, c.correlation.p));
+  // Bias drives growth when the growth rate rises and falls with the bias while W_Q grows (from
+  // C4's onset), beyond the trend both share, at lags of up to 3 bins: the error of a step
+  // reaches W_Q within the optimizer's memory (tens of steps), a bin or two of a long run and a
+  // few of a short one. Not over the whole trace: a bias that switches on before growth that
+  // switches on correlates with it through the timing alone (an undriven growth would pass).
+  // That test needs variation it can see: a bias that varies beyond its own noise, and growth
+  // whose share of that variation (growth rate / bias, over the growth bins) stands above the
+  // growth rate's own scatter. From these the correlation to expect if the bias drives the
+  // growth follows; when it would not reach z 4 over the bins there are, co-variation cannot
+  // decide, and the chain rests on timing (the whole-trace correlation of the bias z with the
+  // growth rate), said so in the findings.
+  const int max_lag = std::min(3, std::max(1, t.bins / 20));
+  const auto xd = detrended(x, c4.onset_bin), yd = detrended(y, c4.onset_bin);
+  double n = 0, sx = 0, sxx = 0, noise = 0, mx = 0, my = 0, syy = 0;
+  for (int b = std::max(0, c4.onset_bin); b < t.bins; ++b) {
+    const HeadBin& hb = t.at(slot, c2.head, b);
+    if (!std::isfinite(xd[b]) || !std::isfinite(yd[b]) || hb.d_count < 2) continue;
+    const double m = hb.d_sum / hb.d_count, var = std::max(0.0, hb.d_sumsq / hb.d_count - m * m) / hb.d_count;
+    n += 1, sx += xd[b], sxx += xd[b] * xd[b], noise += var, mx += x[b], my += y[b], syy += yd[b] * yd[b];
+  }
+  double expected_z = 0;
+  if (n >= 8 && mx > 0 && my > 0) {
+    const double vx = sxx / n - (sx / n) * (sx / n), signal = std::max(0.0, vx - noise / n), kappa = my / mx, vy = syy / n;
+    if (vx > 0 && vy > 0) {
+      const double r = std::sqrt(signal / vx) * std::sqrt(std::min(1.0, kappa * kappa * signal / vy));
+      expected_z = std::atanh(std::min(0.999, r)) * std::sqrt(std::max(0.0, n - 3));
+    }
+  }
+  const bool bias_varies = expected_z >= 4;  // z 3 to detect, plus a margin for the estimate's own scatter
+  c.driving = bias_varies ? "covariation" : "timing";
+  if (bias_varies) {
+    c.correlation = lagged_correlation(xd, yd, max_lag, c4.onset_bin);
+    if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
+      return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate does not vary with it (lagged rank correlation "
+                                  "of the detrended series {:.2f}, p {:.2g}; a driven growth would show z {:.1f}): the growth is not "
+                                  "shown to be driven by the bias",
+                                  c.correlation.r, c.correlation.p, expected_z));
+  } else {
+    const auto dz = delta_z(t, slot, c2.head);
+    std::vector<double> xz(dz.size());
+    for (std::size_t b = 0; b < dz.size(); ++b) xz[b] = sign * dz[b];
+    c.correlation = lagged_correlation(xz, y, std::max(1, t.bins / 20));
+    if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
+      return no_chain(fmt::format("the bias does not track the growth rate (lagged rank correlation {:.2f}, p {:.2g})", c.correlation.r,
+                                  c.correlation.p));
+    c.findings.push_back("the bias is steady while W_Q grows, so whether the growth rate follows it cannot be tested; the chain rests on "
+                         "the order of the links and their whole-run correlation, which growth of another cause that starts later "
+                         "would also show");
+  }
   c.found = true;
   c.layer_index = c2.layer_index;
   c.head = c2.head;
   double conf = 1.0;
   for (const auto& l : c.links) conf = std::min(conf, l.confidence);
   c.confidence = conf * (1.0 - c.correlation.p);
-  c.findings.push_back(fmt::format("causal chain at layer {} head {}: bias leads growth by {} bins (r {:.2f}, p {:.2g})",
+  c.findings.push_back(fmt::format("causal chain at layer {} head {}: bias leads growth by {} bins (rank correlation {:.2f}, p {:.2g})",
                                    c.layer_index, c.head, c.correlation.lag_bins, c.correlation.r, c.correlation.p));
   if (c.simultaneous)
     c.findings.push_back("the order of trigger, bias and growth is not resolved in this trace; " + decide);

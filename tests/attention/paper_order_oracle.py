@@ -16,9 +16,8 @@ without the fix, the oracle's O is written into a capture as the recorded `o`, a
 lpdiag's seed policy and of the oracle (both against lpdiag's fp64 reference, the oracle's via
 replay's `recorded` row), and the delta error z (the oracle's delta = bf16(rowsum(bf16(dO O))) as
 the paper's backward forms it, against an fp64 reference computed here) agree in sign and within
-15% or 3 z (torch's CPU bf16 matmul sums its
-fp32 partials in its own order, so the two are not bit-identical; the tolerance is that of two
-roundings of the same order). The seed is fresh and printed; LPDIAG_ORACLE_SEED replays one.
+15% or 3 z (the oracle's matmuls sum fp32 products in BLAS's own order, so the two are not
+bit-identical; the tolerance is that of two roundings of the same order). The seed is fresh and printed; LPDIAG_ORACLE_SEED replays one.
 """
 import json
 import os
@@ -59,6 +58,13 @@ def strong_sinks(gen, B=2, H=8, N=512, d=64, gap=18.0):
     return [bf(t) for t in (q, k, v, dout)]
 
 
+def mm(spec, a, b):
+    """A bf16 matmul as the paper's GPU runs it (cuBLAS): exact products, fp32 sums, one rounding
+    to bf16. Not torch's CPU bf16 matmul, whose rounding depends on the CPU: on an AVX2-only
+    machine (AMD EPYC, session 11) it flipped the sign of the unfixed sink bias."""
+    return bf(torch.einsum(spec, a.float(), b.float()))
+
+
 def paper_order(q, k, v, causal, tile, fix):
     """The oracle: every tensor is bf16 and every operation rounds as torch's bf16 ops do."""
     B, H, N, d = q.shape
@@ -69,7 +75,7 @@ def paper_order(q, k, v, causal, tile, fix):
     rows = torch.arange(N).view(N, 1)
     for j0 in range(0, N, tile):
         kt, vt = k[:, :, j0:j0 + tile], v[:, :, j0:j0 + tile]
-        s = torch.einsum("bhid,bhjd->bhij", q, kt) * alpha
+        s = mm("bhid,bhjd->bhij", q, kt) * alpha
         if causal:
             after = torch.arange(j0, j0 + kt.shape[2]).view(1, -1) > rows
             s = s.masked_fill(after, -BF16_MAX)
@@ -81,7 +87,7 @@ def paper_order(q, k, v, causal, tile, fix):
         m_new = torch.maximum(mt, m)
         p = torch.exp(s - m_new)
         r = p.sum(dim=-1, keepdim=True).clamp(min=1e-10)
-        pv = torch.einsum("bhij,bhjd->bhid", p, vt)
+        pv = mm("bhij,bhjd->bhid", p, vt)
         c = torch.exp(m - m_new)
         l = c * l + r
         acc = acc.mul(c).add(pv)

@@ -37,6 +37,7 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
   j["findings"] = c.findings;
   j["run"] = verdict_to_json(c.run);
   j["simultaneous_onsets"] = c.simultaneous;
+  j["driving_evidence"] = c.driving.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.driving);
   j["decide_with"] = c.decide.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.decide);
   return j;
 }

@@ -10,7 +10,9 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
 - ramps of several shapes (step, logistic, exponential, linear) and widths (0-15% of the run);
 - onsets anywhere from the first 5% of the run, with gaps that may be zero (overlapping onsets);
 - growth driven by a bias whose size wanders (an AR(1) process), so bias and growth rate
-  co-vary as the mechanism says (chains); growth that ramps and levels off (nulls);
+  co-vary as the mechanism says (chains); growth that ramps and levels off (nulls); and
+  "undriven" nulls with every link in place, ordered and in one head, whose growth follows an
+  AR(1) process independent of the bias (timing alone must not make a chain);
 - failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion.
 
    make_traces.py OUT_DIR SEED COUNT   writes COUNT traces gen2_<seed>_<i>.h5 plus truth.json
@@ -22,7 +24,7 @@ import sys
 import h5py
 import numpy as np
 
-KINDS = ["chain"] * 6 + ["clean", "loss-spike", "growth-no-trigger", "bias-no-growth"]
+KINDS = ["chain"] * 6 + ["clean", "loss-spike", "growth-no-trigger", "bias-no-growth", "undriven"]
 
 
 def t_noise(rng, size, scale):
@@ -66,7 +68,7 @@ def write_trace(path, seed, kind):
     fs.append(fs[-1] + rng.uniform(0.05, 0.15))
     fs = [min(f, 0.9) for f in fs]
     rec = [int(f * T) for f in fs]
-    if kind == "chain":
+    if kind in ("chain", "undriven"):
         on = rec
     elif kind == "loss-spike":
         on[4] = int(rng.uniform(0.1, 0.9) * T)
@@ -114,7 +116,7 @@ def write_trace(path, seed, kind):
         start = max(on[3], on[2])
         r_grow = ramp(rng, T, start, max(1, width()), g_shape if g_shape != "step" else "linear")
         on[3] = visible(r_grow)  # where the growth rate reaches a fifth of its full value
-    if on[4] >= 0 and kind == "chain":
+    if on[4] >= 0 and kind in ("chain", "undriven"):
         on[4] = min(T - 20, max(on[4], on[3] + int(0.05 * T)))
 
     f = np.arange(T) / T
@@ -129,9 +131,16 @@ def write_trace(path, seed, kind):
         # drives it (chain); the plain envelope otherwise.
         # chain: the rate turns on with the ramp and then follows the bias to the end (the error
         # keeps adding up while the bias lasts); otherwise growth that levels off.
-        env = r_grow if kind == "chain" else np.diff(np.concatenate([[0.0], r_grow]))
+        env = r_grow if kind in ("chain", "undriven") else np.diff(np.concatenate([[0.0], r_grow]))
         drive = bias_level if kind == "chain" else np.ones(T)
-        inc = env * drive
+        if kind == "undriven":  # the same kind of wandering, independent of the bias
+            other = np.empty(T)
+            other[0] = 0.0
+            for i in range(1, T):
+                other[i] = 0.9 * other[i - 1] + 0.3 * rng.standard_normal()
+            drive = np.clip(1.0 + 0.5 * other, 0.2, None)
+        # Growth happens per training step, so a record grows by the steps since the previous one.
+        inc = env * drive * gaps
         # The planted growth is reached by the failure it leads to (on[4]), and goes on after.
         upto = on[4] if on[4] > on[3] else T
         inc *= growth / max(inc[:upto].sum(), 1e-12)

@@ -29,6 +29,10 @@ struct ChainResult {
   std::vector<std::string> findings;       // sentences for people
   RunVerdict run;                          // failed or healthy, independent of the chain
   bool simultaneous = false;               // trigger, bias and growth start together (no order)
+  // How "bias drives growth" was judged: "covariation" (the growth rate rose and fell with a
+  // varying bias), "timing" (a steady bias: only order and whole-run correlation), or "" when
+  // the chain failed before that test.
+  std::string driving;
   std::string decide;                      // the counterfactual run that would decide, if any
 };
 

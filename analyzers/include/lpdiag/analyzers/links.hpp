@@ -27,7 +27,9 @@ struct LinkResult {
 // C1: repeated-max row rate of a (layer, head) rises above its own baseline.
 LinkResult analyze_trigger(const BinnedTrace& t);
 // C2: delta (and O) error mean significantly non-zero (|z| >= 4) and one-signed over a window.
-LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0);
+// `only_layer`/`only_head` >= 0: that (layer_index, head) alone, at the threshold of the full
+// search (the chain asks at the trigger's head when the strongest bias is elsewhere).
+LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0, std::int64_t only_layer = -1, std::int64_t only_head = -1);
 // C3: W_Q update concentration and top-direction similarity rise and stay high.
 LinkResult analyze_updates(const BinnedTrace& t);
 // C4: sustained growth of sigma_1 of a W_Q head slice, with its change point.
