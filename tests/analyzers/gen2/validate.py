@@ -46,7 +46,7 @@ def main():
                 print(f"  trace seed {tseed} ({kind}): verdict {'healthy' if run['healthy'] else run['failure']['kind']} is wrong")
             else:
                 verdict_ok += 1
-            if found and ch.get("driving_evidence") == "timing":
+            if found and j.get("driving_evidence") == "timing":
                 timing_only += 1
             if planted and found:
                 tp += 1
