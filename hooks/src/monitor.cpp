@@ -1,12 +1,14 @@
 #include "monitor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
 #include <limits>
+#include <thread>
 
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/error.hpp"
@@ -296,10 +298,24 @@ void Monitor::start() {
   if (no_trace_) return;
   termination::install();
   // A loop stuck after SIGTERM: when the grace has run out, keep the records since the last flush
-  // (the buffered rows; a record still waiting for the device is lost).
+  // (the buffered rows) and the record whose statistics are on their way from the device, if
+  // they land within a few seconds (a device hung in the training stream's work never delivers
+  // them; that one record is then left out rather than the process kept alive).
   last_resort_id_ = termination::add_last_resort([this] {
     std::unique_lock<std::recursive_mutex> lk(io_mutex_, std::try_to_lock);
-    if (lk.owns_lock() && writer_) writer_->close();
+    if (!lk.owns_lock() || !writer_) return;
+    if (pending_record_ && stream_) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!stream_->ready() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!stream_->ready()) pending_record_.reset(), pending_fetch_.reset();
+    }
+    try {
+      finish_pending(-1);
+    } catch (...) {  // whatever the device says now, the rows already buffered are written below
+      pending_record_.reset(), pending_fetch_.reset();
+    }
+    writer_->close();
   });
   group_matrices();
   // A side stream when every matrix lives on one CUDA device; otherwise in line.

@@ -65,6 +65,7 @@ class CudaStatsStream final : public StatsStream {
     done_.synchronize();
     return host_;
   }
+  bool ready() override { return done_.query(); }
 
  private:
   c10::DeviceIndex device_;

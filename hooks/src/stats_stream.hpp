@@ -32,6 +32,8 @@ class StatsStream {
   virtual void fetch(const std::vector<torch::Tensor>& parts) = 0;
   // Blocks until the last fetch() has landed; its host copies, in order, dtypes kept.
   virtual std::vector<torch::Tensor> wait() = 0;
+  // Whether the last fetch() has landed (never blocks).
+  virtual bool ready() = 0;
 
   // The kernels `work` launches, captured once (on the side stream, nothing runs) and replayed
   // on whatever stream is current. Tensors `work` reads must keep their addresses; what it

@@ -2,12 +2,17 @@
 // them: preflight in a child process, then the real read in this process. Any lpdiag::Error is
 // a correct answer; a crash or hang here (after the preflight passed) or an uncaught exception is
 // a bug. Coverage guidance comes from the in-process read of inputs that pass the preflight.
+// Inputs that read also go through the analyzers' second stage as `analyze`, `check` and `watch`
+// run it: binning in this process (workers = 1; the forked readers run the same code) and the
+// chain reconstruction with its run verdict.
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
+#include "lpdiag/analyzers/binned_trace.hpp"
+#include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/capture.hpp"
 #include "lpdiag/trace/preflight.hpp"
@@ -38,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (const auto& m : r.layout().matrices) r.series("/weights/" + m.name + "/spectral_norm", 0, take);
     }
     r.events();
+    const auto binned = lpdiag::analysis::bin_traces({path}, 64, {}, 1, true);
+    lpdiag::analysis::reconstruct_chain(binned, 5.0);
   } catch (const lpdiag::Error&) {
   }
   try {

@@ -18,6 +18,19 @@ cmake --build "$work/build" >"$work/build.log" 2>&1 || { tail -50 "$work/build.l
 rm -rf "$work/corpus" "$work/fixtures" && mkdir -p "$work/corpus"
 "$maker" "$work/fixtures" >/dev/null
 cp "$work/fixtures"/*.h5 "$work/corpus/"
+# The writer's traces are ~1.2 MB (one chunk per dataset per flush), beyond -max_len, so libFuzzer
+# would only ever see them cut short. Repacked (one chunk per dataset, raw and deflated) they are
+# whole seeds of a few tens of KB.
+if python3 -c "import h5py" 2>/dev/null; then
+  for f in "$work/fixtures"/*.h5; do
+    b=$(basename "$f" .h5)
+    "$here/../../scripts/pack-trace" --no-compress "$f" "$work/corpus/$b.raw.h5" 2>/dev/null || true
+    "$here/../../scripts/pack-trace" "$f" "$work/corpus/$b.packed.h5" 2>/dev/null || true
+  done
+else
+  echo "note: no python3-h5py, the corpus holds only the traces as written (cut at -max_len)"
+fi
+ls -l "$work/corpus" | awk 'NR > 1 { n++; if ($5 <= 200000) w++ } END { printf "seed corpus: %d files, %d within -max_len\n", n, w }'
 export LPDIAG_FUZZ_DIR=$work
 # HDF5 keeps library-wide state that LeakSanitizer reports at exit; leaks are not what this hunts.
 # An absurd size read from a corrupt file makes HDF5 call malloc(huge); glibc returns NULL and HDF5

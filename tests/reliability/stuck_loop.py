@@ -3,7 +3,10 @@ most LPDIAG_TERMINATION_GRACE_S for the next record, then its watchdog closes th
 training thread is not inside the writer) and the signal's default action ends the process. The
 records are never flushed before the signal (flush interval 1000): they are all in the trace. A forked child, which records nothing,
 has SIGTERM's default action back (read from /proc: it does not catch the signal, while the
-Monitor's process does). The records written before the signal are in the trace.
+Monitor's process does). The records written before the signal are in the trace. Where CUDA
+is there (the GPU machine), a third loop records a CUDA model (W_Q on the device, the loss a
+device tensor): its last record waits for the side stream's statistics when the signal comes,
+and must be kept too; elsewhere that mode says it is skipped.
     stuck_loop.py LIBLPDIAG_TORCH LPDIAG"""
 import os
 import signal
@@ -27,8 +30,15 @@ import os, sys, time, torch
 torch.ops.load_library(sys.argv[1])
 mon = torch.classes.lpdiag.Monitor(sys.argv[2], 1, 2, 8, "{}", 0, 1)
 mon.set_flush_every(1000)  # nothing is flushed before the signal
+if sys.argv[3] == "cuda":
+    w = torch.randn(48, 16, device="cuda")
+    mon.add_fused_qkv("h.0.attn", 0, w)
 for step in range(3):
-    mon.record(step, 1.0, 1e-3, 1.0)
+    if sys.argv[3] == "cuda":
+        w.add_(0.01)
+        mon.record(step, (w * w).sum(), 1e-3, w.norm())
+    else:
+        mon.record(step, 1.0, 1e-3, 1.0)
 if sys.argv[3] == "fork":
     pid = os.fork()
     if pid == 0:
@@ -40,7 +50,18 @@ time.sleep(1000)  # never records again
 '''
 
 with tempfile.TemporaryDirectory() as d:
-    for mode in ("stuck", "fork"):
+    modes = ["stuck", "fork"]
+    try:
+        import torch
+        torch.ops.load_library(lib)
+        cuda = torch.cuda.is_available()
+    except Exception:
+        cuda = False
+    if cuda:
+        modes.append("cuda")
+    else:
+        print("skip cuda: no CUDA device or a CPU build of the hooks (the GPU machine runs it)")
+    for mode in modes:
         trace = os.path.join(d, f"{mode}.h5")
         env = dict(os.environ, LPDIAG_TERMINATION_GRACE_S="2")
         p = subprocess.Popen([sys.executable, "-c", CHILD, lib, trace, mode], stdout=subprocess.PIPE, text=True, env=env)
