@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -202,6 +202,20 @@ PY
       stage "python error test"
       readelf -d $B/hooks/liblpdiag_torch.so | grep -c "libstdc++"
       (cd $B && timeout 120 ctest -R "hooks_python_errors|test_hooks|example_python" --output-on-failure 2>&1 | tail -25) ;;
+    seed)
+      # The seed CUDA kernels: bit for bit against the CPU emulation, their speed against fa2,
+      # the op and the C++ example on them, and a stuck loop's CUDA record.
+      stage "test_seed_cuda"
+      timeout 400 $B/tests/test_seed_cuda >"$OUT/seed-cuda.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|cases FAILED|^device" "$OUT/seed-cuda.log" | head -30
+      stage "bench_seed_kernels"
+      timeout 200 $B/bench/bench_seed_kernels --reps 10 2>&1 | tee "$OUT/seed-bench.log"
+      stage "gpt2_train --policy seed:tile=512 (small, 30 steps)"
+      timeout 200 $B/examples/gpt2/gpt2_train --device cuda --n-layer 2 --n-head 2 --n-embd 128 --block 256 --batch 8 --steps 30 \
+        --policy seed:tile=512 --fix paper --instrument full --out "$OUT/seed-smoke.h5" --log-every 10 2>&1 | tail -5
+      $B/tools/lpdiag info "$OUT/seed-smoke.h5" 2>&1 | grep -E "records|policy|attention" | head -6
+      stage "reliability_stuck_loop (CUDA mode)"
+      (cd $B && timeout 120 ctest -R reliability_stuck_loop --output-on-failure 2>&1 | grep -E "ok|FAIL|skip|Passed|Failed" | head -20) ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"

@@ -9,29 +9,68 @@
 namespace lpdiag::analysis::cp {
 namespace {
 
-// Least squares of x on the columns 1, b (with `drift`) and g(b) (with `with_g`) over the finite
-// bins. coef = {intercept, drift slope, g coefficient}, 0 for a column left out; returns the SSE.
-template <class G>
-double lsq3(const std::vector<double>& x, G g, bool with_g, double coef[3], bool drift = true) {
-  int cols[3], k = 0;  // which of (1, b, g) are in the model
+// Prefix sums over the finite bins of x (centred on its mean, which leaves every SSE as it is and
+// keeps Sxx small against the fitted part): count, b, b^2, x, b x, x^2. Every candidate change is
+// then solved in O(1) instead of two passes over the series (fit_ramp tries ~1,000 of them on each
+// of ~150 series: this was 87% of `analyze`).
+struct Moments {
+  std::vector<double> n, b, bb, x, bx, xx;
+  double mean = 0;
+  explicit Moments(const std::vector<double>& v) {
+    const std::size_t K = v.size();
+    double sum = 0;
+    int cnt = 0;
+    for (double y : v)
+      if (std::isfinite(y)) sum += y, ++cnt;
+    mean = cnt ? sum / cnt : 0.0;
+    for (auto* p : {&n, &b, &bb, &x, &bx, &xx}) p->assign(K + 1, 0.0);
+    for (std::size_t i = 0; i < K; ++i) {
+      const bool f = std::isfinite(v[i]);
+      const double y = f ? v[i] - mean : 0.0, bi = f ? double(i) : 0.0;
+      n[i + 1] = n[i] + (f ? 1 : 0), b[i + 1] = b[i] + bi, bb[i + 1] = bb[i] + bi * bi;
+      x[i + 1] = x[i] + y, bx[i + 1] = bx[i] + bi * y, xx[i + 1] = xx[i] + y * y;
+    }
+  }
+  int K() const { return static_cast<int>(n.size()) - 1; }
+  static double range(const std::vector<double>& p, int lo, int hi) { return hi > lo ? p[hi] - p[lo] : 0.0; }
+};
+
+// The change regressor: 0 before tau, alpha (b - tau) on [tau, end), c from end on.
+//   step: end = tau, c = 1;  ramp of w bins: end = tau + w, alpha = 1/w, c = 1;  hinge: end = K, alpha = 1.
+struct Shape {
+  int tau = 0, end = 0;
+  double alpha = 0, c = 0;
+};
+
+// Least squares of x on the columns 1, b (with `drift`) and the shape (with `with_g`) over the
+// finite bins. coef = {intercept, drift slope, shape coefficient}, 0 for a column left out (the
+// intercept in x's own units); returns the SSE.
+double lsq3(const Moments& m, const Shape* g, double coef[3], bool drift) {
+  const int K = m.K();
+  auto R = [&](const std::vector<double>& p, int lo, int hi) { return Moments::range(p, std::clamp(lo, 0, K), std::clamp(hi, 0, K)); };
+  const double N = m.n[K], Sb = m.b[K], Sbb = m.bb[K], Sx = m.x[K], Sbx = m.bx[K], Sxx = m.xx[K];
+  double Sg = 0, Sgb = 0, Sgg = 0, Sgx = 0;
+  if (g) {
+    const int t = g->tau, e = std::clamp(g->end, g->tau, K);
+    const double a = g->alpha, c = g->c, tt = double(t);
+    Sg = a * (R(m.b, t, e) - tt * R(m.n, t, e)) + c * R(m.n, e, K);
+    Sgb = a * (R(m.bb, t, e) - tt * R(m.b, t, e)) + c * R(m.b, e, K);
+    Sgg = a * a * (R(m.bb, t, e) - 2 * tt * R(m.b, t, e) + tt * tt * R(m.n, t, e)) + c * c * R(m.n, e, K);
+    Sgx = a * (R(m.bx, t, e) - tt * R(m.x, t, e)) + c * R(m.x, e, K);
+  }
+  // Normal equations over the columns in the model, in the order (1, b, g).
+  const double full[3][4] = {{N, Sb, Sg, Sx}, {Sb, Sbb, Sgb, Sbx}, {Sg, Sgb, Sgg, Sgx}};
+  int cols[3], k = 0;
   cols[k++] = 0;
   if (drift) cols[k++] = 1;
-  if (with_g) cols[k++] = 2;
-  auto value = [&](int col, int b) { return col == 0 ? 1.0 : col == 1 ? double(b) : g(b); };
+  if (g) cols[k++] = 2;
   double a[3][4] = {};
-  int n = 0;
-  for (int b = 0; b < static_cast<int>(x.size()); ++b) {
-    if (!std::isfinite(x[b])) continue;
-    double v[3];
-    for (int i = 0; i < k; ++i) v[i] = value(cols[i], b);
-    for (int i = 0; i < k; ++i) {
-      a[i][k] += v[i] * x[b];
-      for (int j = 0; j < k; ++j) a[i][j] += v[i] * v[j];
-    }
-    ++n;
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < k; ++j) a[i][j] = full[cols[i]][cols[j]];
+    a[i][k] = full[cols[i]][3];
   }
   coef[0] = coef[1] = coef[2] = 0;
-  if (n < k) return INFINITY;
+  if (N < k) return INFINITY;
   // Gauss-Jordan with partial pivoting on the k x k system (k <= 3).
   for (int c = 0; c < k; ++c) {
     int p = c;
@@ -45,31 +84,29 @@ double lsq3(const std::vector<double>& x, G g, bool with_g, double coef[3], bool
       for (int j = c; j <= k; ++j) a[i][j] -= f * a[c][j];
     }
   }
-  for (int i = 0; i < k; ++i) coef[cols[i]] = a[i][k] / a[i][i];
-  double sse = 0;
-  for (int b = 0; b < static_cast<int>(x.size()); ++b) {
-    if (!std::isfinite(x[b])) continue;
-    const double e = x[b] - coef[0] - coef[1] * b - (with_g ? coef[2] * g(b) : 0.0);
-    sse += e * e;
+  double fitted = 0;  // coef . rhs: the part of Sxx the model explains
+  for (int i = 0; i < k; ++i) {
+    coef[cols[i]] = a[i][k] / a[i][i];
+    fitted += coef[cols[i]] * full[cols[i]][3];
   }
-  return sse;
+  coef[0] += m.mean;
+  return std::max(0.0, Sxx - fitted);
 }
 
-// tau on a coarse grid, then every bin around the best.
-template <class Basis>
-Fit best_fit(const std::vector<double>& x, int min_pre, int min_post, Basis basis, bool drift = true, double sign = 0) {
+// tau on a coarse grid, then every bin around the best. shape_at(tau) gives the regressor.
+template <class ShapeAt>
+Fit best_fit(const Moments& m, int min_pre, int min_post, ShapeAt shape_at, bool drift = true, double sign = 0) {
   Fit best;
-  const int K = static_cast<int>(x.size());
-  std::vector<int> before(static_cast<std::size_t>(K) + 1, 0);  // finite bins in [0, b)
-  for (int b = 0; b < K; ++b) before[b + 1] = before[b] + (std::isfinite(x[b]) ? 1 : 0);
-  best.n = before[K];
+  const int K = m.K();
+  best.n = static_cast<int>(m.n[K]);
   double c0[3];
-  best.sse_null = lsq3(x, [](int) { return 0.0; }, false, c0, drift);
+  best.sse_null = lsq3(m, nullptr, c0, drift);
   best.sse = INFINITY;
   auto at = [&](int tau) {
-    if (tau < 1 || tau >= K || before[tau] < min_pre || best.n - before[tau] < min_post) return;
+    if (tau < 1 || tau >= K || m.n[tau] < min_pre || best.n - m.n[tau] < min_post) return;
     double c[3];
-    const double sse = lsq3(x, [&](int b) { return basis(b, tau); }, true, c, drift);
+    const Shape g = shape_at(tau);
+    const double sse = lsq3(m, &g, c, drift);
     if (sign != 0 && !(c[2] * sign > 0)) return;  // a change in the other direction is no rise
     if (sse < best.sse) {
       best.ok = true, best.tau = tau, best.a = c[0], best.s = c[1], best.change = c[2], best.sse = sse;
@@ -110,14 +147,15 @@ double diff_noise_sd(const std::vector<double>& x) {
 
 Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift, double sign) {
   const int K = static_cast<int>(x.size());
-  Fit best = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? 1.0 : 0.0; }, drift, sign);
+  const Moments m(x);
+  Fit best = best_fit(m, min_pre, min_post, [](int tau) { return Shape{tau, tau, 0.0, 1.0}; }, drift, sign);
   for (int w : {K / 50, K / 20, K / 10, K / 5, K / 3}) {
     if (w < 2) continue;
-    Fit f = best_fit(x, min_pre, min_post, [w](int b, int tau) { return b < tau ? 0.0 : std::min(1.0, double(b - tau) / w); }, drift, sign);
+    Fit f = best_fit(m, min_pre, min_post, [w](int tau) { return Shape{tau, tau + w, 1.0 / w, 1.0}; }, drift, sign);
     f.width = w;
     if (f.ok && (!best.ok || f.sse < best.sse)) best = f;
   }
-  Fit h = best_fit(x, min_pre, min_post, [](int b, int tau) { return b >= tau ? double(b - tau) : 0.0; }, drift, sign);
+  Fit h = best_fit(m, min_pre, min_post, [K](int tau) { return Shape{tau, K, 1.0, 0.0}; }, drift, sign);
   h.width = -1;
   // A hinge must beat the ramps clearly: growth that levels off is a ramp.
   if (h.ok && (!best.ok || h.sse < 0.9 * best.sse)) best = h;

@@ -36,8 +36,7 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
 AttentionConfig make_config(bool causal, const std::string& policy, const std::string& fix) {
   AttentionConfig c;
   try {
-    c.policy = parse_policy(policy);
-    if (policy == "fp8-p:e5m2") c.fp8_format = FormatId::e5m2;
+    c = parse_policy_spec(policy);
     c.fix = parse_fix(fix);
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention: ", e.what());

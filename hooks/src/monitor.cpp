@@ -129,8 +129,13 @@ void Monitor::set_cadence(std::string signal, int64_t every) {
 void Monitor::set_attention_numerics(int64_t layer, std::string policy, std::string fix) {
   TORCH_CHECK(!writer_, "lpdiag.Monitor: set_attention_numerics after the first record()");
   TORCH_CHECK(0 <= layer && layer < n_layer_, "lpdiag.Monitor: layer ", layer, " is not in [0, ", n_layer_, ")");
-  TORCH_CHECK(policy.rfind("external", 0) == 0 || policy == "fa2" || policy == "seed" || policy == "fp32" || policy.rfind("fp8-p", 0) == 0,
-              "lpdiag.Monitor: unknown attention policy '", policy, "' (fa2, seed, fp32, fp8-p, external[:<backend>])");
+  if (policy.rfind("external", 0) != 0) {
+    try {
+      (void)parse_policy_spec(policy);
+    } catch (const Error& e) {
+      TORCH_CHECK(false, "lpdiag.Monitor: ", e.what(), " (or external[:<backend>] for attention lpdiag does not run)");
+    }
+  }
   auto& a = layout_.attention[static_cast<std::size_t>(layer)];
   a.policy = std::move(policy);
   a.fix = parse_fix(fix).to_json();

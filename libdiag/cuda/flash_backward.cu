@@ -73,6 +73,8 @@ void launch_all(const BwdParams& p, int B, bool causal, bool full, bool wgmma, i
 
 void flash_backward(const FlashBackwardArgs& a) {
   using namespace flash;
+  check_kernel_numerics(a.numerics);
+  if (a.numerics.policy == Policy::seed) return seed_backward(a);
   BwdParams p{};
   set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);
   p.o = view(a.o, "o");

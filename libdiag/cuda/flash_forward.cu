@@ -65,6 +65,8 @@ void by_causal(const FwdParams& p, int B, bool causal, Instrument level, cudaStr
 
 void flash_forward(const FlashForwardArgs& a) {
   using namespace flash;
+  check_kernel_numerics(a.numerics);
+  if (a.numerics.policy == Policy::seed) return seed_forward(a);
   FwdParams p{};
   set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);
   require(a.o, "o");

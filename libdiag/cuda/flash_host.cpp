@@ -49,8 +49,8 @@ std::int64_t count_nonfinite(const std::vector<float>& x) {
 
 AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward,
                                 int bwd_key_block) {
-  if (cfg.policy != Policy::fa2) throw InvalidArgument("CUDA attention implements the fa2 policy only; use the CPU engine for " + std::string(policy_name(cfg.policy)));
-  if (cfg.tile_k != kernel_key_tile) throw InvalidArgument("CUDA attention uses key tiles of " + std::to_string(kernel_key_tile) + ", got tile_k " + std::to_string(cfg.tile_k));
+  const KernelNumerics numerics{cfg.policy, cfg.tile_k, cfg.tile_q};
+  check_kernel_numerics(numerics);
   if (!in.q || !in.k || !in.v) throw InvalidArgument("CUDA attention: q, k and v are required");
   if (backward && !in.dout) throw InvalidArgument("CUDA attention: the backward pass needs dout");
   const FlashShape shape{in.B, in.H, in.N, in.d, cfg.causal, static_cast<float>(cfg.scale)};
@@ -68,6 +68,7 @@ AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInput
 
   FlashForwardArgs f;
   f.shape = shape;
+  f.numerics = numerics;
   f.q = {q.get(), sb, sh, sn};
   f.k = {k.get(), sb, sh, sn};
   f.v = {v.get(), sb, sh, sn};
@@ -86,6 +87,7 @@ AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInput
     for (void* p : {dq.get(), dk.get(), dv.get()}) LPDIAG_CUDA_CHECK(cudaMemset(p, 0xFF, n * 2));
     FlashBackwardArgs b;
     b.shape = shape;
+    b.numerics = numerics;
     b.q = f.q;
     b.k = f.k;
     b.v = f.v;

@@ -22,10 +22,7 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 std::vector<AttentionConfig> parse_policy_list(const std::string& text) {
   std::vector<AttentionConfig> out;
   for (const auto& p : split(text)) {
-    AttentionConfig c;
-    c.policy = parse_policy(p);
-    if (p == "fp8-p:e5m2") c.fp8_format = FormatId::e5m2;
-    out.push_back(c);
+    out.push_back(parse_policy_spec(p));
   }
   if (out.empty()) throw InvalidArgument("no policy given");
   return out;

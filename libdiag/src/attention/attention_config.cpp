@@ -28,6 +28,28 @@ Policy parse_policy(const std::string& name) {
   throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, fa2-seq, seed, fp32, fp8-p or fp8-p:e5m2");
 }
 
+AttentionConfig parse_policy_spec(const std::string& text) {
+  AttentionConfig c;
+  std::string name = text;
+  if (const auto colon = text.find(":tile="); colon != std::string::npos) {
+    name = text.substr(0, colon);
+    const std::string n = text.substr(colon + 6);
+    std::size_t used = 0;
+    int tile = 0;
+    try {
+      tile = std::stoi(n, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != n.size() || n.empty() || tile < 1)
+      throw InvalidArgument("policy '" + text + "': tile must be a positive integer, got '" + n + "'");
+    c.tile_k = tile;
+  }
+  c.policy = parse_policy(name);
+  if (name == "fp8-p:e5m2") c.fp8_format = FormatId::e5m2;
+  return c;
+}
+
 std::string FixConfig::name() const {
   switch (kind) {
     case Kind::none: return "none";

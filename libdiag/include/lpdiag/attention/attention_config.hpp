@@ -52,4 +52,9 @@ struct AttentionConfig {
   double scale = 0.0;  // alpha; 0 means 1/sqrt(d)
 };
 
+// A policy as written on a command line or in the op's arguments: a policy name, "fp8-p:e5m2",
+// or "NAME:tile=K" for the key tile (e.g. "seed:tile=512", the paper's training tile).
+// Sets policy, fp8_format and tile_k of a default config; throws InvalidArgument.
+AttentionConfig parse_policy_spec(const std::string& text);
+
 }  // namespace lpdiag

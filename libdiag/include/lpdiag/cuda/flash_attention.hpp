@@ -45,8 +45,18 @@ struct FlashShape {
   float scale = 0.f;  // alpha; 0 means 1/sqrt(d) rounded to fp32
 };
 
+// The numerics a launch runs: fa2 (the FlashAttention-2 kernels, key tile 64) or seed (the
+// paper's all-bf16 order on the CUDA cores, bit for bit the CPU emulation; key_tile 64 ... 512, a
+// multiple of 64; query_tile, a multiple of 64, sets the backward's dK/dV rounding points).
+struct KernelNumerics {
+  Policy policy = Policy::fa2;
+  int key_tile = kernel_key_tile;
+  int query_tile = 64;
+};
+
 struct FlashForwardArgs {
   FlashShape shape;
+  KernelNumerics numerics;
   BF16View q, k, v;
   void* o = nullptr;                      // bf16 (B, H, N, d), contiguous
   float* lse = nullptr;                   // (B, H, N)
@@ -59,6 +69,7 @@ struct FlashForwardArgs {
 
 struct FlashBackwardArgs {
   FlashShape shape;
+  KernelNumerics numerics;               // as the forward's (seed: dq_accum is not used)
   BF16View q, k, v, o, dout;
   const float* lse = nullptr;             // from the forward
   const float* o_residual = nullptr;      // full only: the forward's residual
@@ -73,9 +84,14 @@ struct FlashBackwardArgs {
   void* stream = nullptr;
 };
 
-// Throw lpdiag::Error naming the bad argument (shape, head dim, stride, missing buffer).
+// Throw lpdiag::Error naming the bad argument (shape, head dim, stride, missing buffer, policy).
 void flash_forward(const FlashForwardArgs& a);
 void flash_backward(const FlashBackwardArgs& a);
+// The seed kernels, which flash_forward / flash_backward call for Policy::seed.
+void seed_forward(const FlashForwardArgs& a);
+void seed_backward(const FlashBackwardArgs& a);
+// Throws unless the kernels implement `n` (the policy, its tiles).
+void check_kernel_numerics(const KernelNumerics& n);
 
 }  // namespace lpdiag::cuda
 
@@ -84,8 +100,9 @@ void flash_backward(const FlashBackwardArgs& a);
 namespace lpdiag::cuda {
 
 // The engine's interface on the GPU: host inputs (bf16 values held in fp32, [B, H, N, d]) in,
-// an AttentionRun out, for tests, replay and benchmarks. Policy must be fa2 and tile_k 64 (the
-// kernels' key tile); anything else throws InvalidArgument. heads[] carries the counters and,
+// an AttentionRun out, for tests, replay and benchmarks. Policy fa2 with tile_k 64 (the kernels'
+// key tile), or seed with tile_k and tile_q multiples of 64 (tile_k <= 512); anything else throws
+// InvalidArgument. heads[] carries the counters and,
 // at "full", the O and delta error sums (o_err / delta_err accumulators stay empty: the kernels
 // keep sums, not the per-element stream).
 // `bwd_key_block`: FlashBackwardArgs::key_block (0 = default), so tests cover every variant.

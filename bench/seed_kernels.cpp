@@ -1,0 +1,101 @@
+// Speed of the seed CUDA kernels against lpdiag's fa2 kernels in the same run (the baseline),
+// forward + backward at `counters`, inputs N(0, 1) in bf16:
+//   bench_seed_kernels [--reps N]      shapes: GPT-2 small (B16 H12 N1024 d64 causal) and a
+//                                      small model's (B32 H6 N256 d64 causal)
+// Prints ms per fwd+bwd (median of reps) and the ratio seed / fa2. Exits 77 without a device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lpdiag/cuda/cuda_check.hpp"
+#include "lpdiag/cuda/device.hpp"
+#include "lpdiag/cuda/flash_attention.hpp"
+#include "lpdiag/numerics/convert.hpp"
+
+using namespace lpdiag;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  std::int64_t B, H, N, d;
+};
+
+void* dev_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  LPDIAG_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+double time_ms(const Shape& s, const cuda::KernelNumerics& num, int reps) {
+  const std::size_t n = static_cast<std::size_t>(s.B * s.H * s.N * s.d), rows = static_cast<std::size_t>(s.B * s.H * s.N);
+  std::mt19937 g(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::uint16_t> host(n);
+  void* in[4];
+  for (auto& p : in) {
+    for (auto& x : host) x = bf16_bits_rne(nd(g));
+    p = dev_alloc(n * 2);
+    LPDIAG_CUDA_CHECK(cudaMemcpy(p, host.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+  void *o = dev_alloc(n * 2), *dq = dev_alloc(n * 2), *dk = dev_alloc(n * 2), *dv = dev_alloc(n * 2);
+  auto *lse = static_cast<float*>(dev_alloc(rows * 4)), *delta = static_cast<float*>(dev_alloc(rows * 4)),
+       *acc = static_cast<float*>(dev_alloc(n * 4));
+  auto* counters = static_cast<cuda::DeviceHeadCounters*>(dev_alloc(s.H * sizeof(cuda::DeviceHeadCounters)));
+  cuda::clear_counters(counters, s.H, nullptr);
+  const std::int64_t sn = s.d, sh = s.N * s.d, sb = s.H * s.N * s.d;
+  cuda::FlashForwardArgs f;
+  f.shape = {s.B, s.H, s.N, s.d, true, 0.f};
+  f.numerics = num;
+  f.q = {in[0], sb, sh, sn}, f.k = {in[1], sb, sh, sn}, f.v = {in[2], sb, sh, sn};
+  f.o = o, f.lse = lse, f.counters = counters, f.instrument = cuda::Instrument::counters;
+  cuda::FlashBackwardArgs b;
+  b.shape = f.shape, b.numerics = num, b.q = f.q, b.k = f.k, b.v = f.v, b.o = {o, sb, sh, sn}, b.dout = {in[3], sb, sh, sn};
+  b.lse = lse, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = acc, b.delta = delta;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    cudaEventRecord(e0);
+    cuda::flash_forward(f);
+    cuda::flash_backward(b);
+    cudaEventRecord(e1);
+    LPDIAG_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (r >= 2) ms.push_back(t);  // two warm-up runs (the seed tables are made on the first)
+  }
+  for (void* p : {in[0], in[1], in[2], in[3], o, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(delta),
+                  static_cast<void*>(acc), static_cast<void*>(counters)})
+    cudaFree(p);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda::device_count() == 0) {
+    std::puts("SKIP: no CUDA device visible");
+    return 77;
+  }
+  int reps = 10;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+  std::printf("device: %s; fwd+bwd at counters, median of %d\n", cuda::device_name().c_str(), reps);
+  const Shape shapes[] = {{"gpt2-small B16 H12 N1024 d64 causal", 16, 12, 1024, 64}, {"small B32 H6 N256 d64 causal", 32, 6, 256, 64}};
+  for (const Shape& s : shapes) {
+    const double base = time_ms(s, {Policy::fa2, 64, 64}, reps);
+    std::printf("%-40s fa2            %9.3f ms  1.00x\n", s.name, base);
+    for (int tile : {64, 128, 512}) {
+      const double t = time_ms(s, {Policy::seed, tile, 64}, reps);
+      std::printf("%-40s seed tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, t, t / base);
+    }
+  }
+  return 0;
+}

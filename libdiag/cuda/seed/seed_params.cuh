@@ -1,0 +1,37 @@
+// The seed kernels' view of one launch (filled by seed_forward.cu / seed_backward.cu).
+#pragma once
+#include "seed_math.cuh"
+
+namespace lpdiag::cuda::seed {
+
+struct FixParams {
+  int kind;  // 0 none, 1 paper, 2 safe, 3 sr
+  float tol, beta, offset;
+  std::uint32_t seed;
+};
+
+struct FwdParams {
+  View q, k, v;
+  __nv_bfloat16* o;  // contiguous (B, H, N, d)
+  float* lse;        // (B, H, N)
+  float* residual;   // full: O_lp - O_hp, fp32 (B, H, N, d)
+  DeviceHeadCounters* counters;
+  Tables tables;
+  int H, N, key_tile;
+  float scale;
+  FixParams fix;
+};
+
+struct BwdParams {
+  View q, k, v, o, dout;
+  const float* lse;
+  const float* residual;  // full only
+  float* delta;           // (B, H, N)
+  __nv_bfloat16 *dq, *dk, *dv;  // contiguous (B, H, N, d)
+  DeviceHeadCounters* counters;  // full only: the delta errors
+  Tables tables;
+  int H, N, key_tile, query_tile;
+  float scale;
+};
+
+}  // namespace lpdiag::cuda::seed

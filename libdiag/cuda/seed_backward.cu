@@ -1,0 +1,71 @@
+// The seed backward's launcher: delta first, then dK/dV and dQ (independent of each other), on
+// the caller's stream.
+#include <cuda_runtime.h>
+
+#include "flash/launch_common.hpp"
+#include "lpdiag/cuda/cuda_check.hpp"
+#include "seed/seed_backward_kernels.cuh"
+#include "seed/seed_tables.hpp"
+
+namespace lpdiag::cuda {
+namespace {
+
+seed::View seed_view(const BF16View& v, const char* name) {
+  if (!v.ptr) throw Error(std::string("seed attention (backward): ") + name + " is null");
+  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
+}
+
+template <int D, bool Causal>
+void launch_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
+  const dim3 grid((p.N + seed::kChunk - 1) / seed::kChunk, B * p.H);
+  if (full) seed::seed_delta_kernel<D, 2><<<grid, seed::kChunk, 0, s>>>(p);
+  else seed::seed_delta_kernel<D, 0><<<grid, seed::kChunk, 0, s>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+  auto dkdv = seed::seed_dkdv_kernel<D, Causal>;
+  flash::allow_shared_memory(dkdv, seed::dkdv_smem_bytes<D>());
+  dkdv<<<grid, seed::kChunk, seed::dkdv_smem_bytes<D>(), s>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+  auto dq = seed::seed_dq_kernel<D, Causal>;
+  flash::allow_shared_memory(dq, seed::dq_smem_bytes<D>());
+  dq<<<grid, seed::kChunk, seed::dq_smem_bytes<D>(), s>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void seed_backward(const FlashBackwardArgs& a) {
+  check_kernel_numerics(a.numerics);
+  flash::check_shape(a.shape);
+  seed::BwdParams p{};
+  p.q = seed_view(a.q, "q");
+  p.k = seed_view(a.k, "k");
+  p.v = seed_view(a.v, "v");
+  p.o = seed_view(a.o, "o");
+  p.dout = seed_view(a.dout, "dout");
+  flash::require(a.lse, "lse");
+  flash::require(a.dq, "dq");
+  flash::require(a.dk, "dk");
+  flash::require(a.dv, "dv");
+  flash::require(a.delta, "delta");
+  const bool full = a.instrument == Instrument::full;
+  if (full) flash::require(a.o_residual, "o_residual (instrumentation is full)"), flash::require(a.counters, "counters");
+  p.lse = a.lse;
+  p.residual = a.o_residual;
+  p.delta = a.delta;
+  p.dq = static_cast<__nv_bfloat16*>(a.dq);
+  p.dk = static_cast<__nv_bfloat16*>(a.dk);
+  p.dv = static_cast<__nv_bfloat16*>(a.dv);
+  p.counters = a.counters;
+  p.H = static_cast<int>(a.shape.H);
+  p.N = static_cast<int>(a.shape.N);
+  p.key_tile = a.numerics.key_tile;
+  p.query_tile = a.numerics.query_tile;
+  p.scale = flash::scale_of(a.shape);
+  p.tables = seed::tables_for_current_device();
+  auto* s = static_cast<cudaStream_t>(a.stream);
+  const int B = static_cast<int>(a.shape.B);
+  if (a.shape.d == 64) a.shape.causal ? launch_all<64, true>(p, B, full, s) : launch_all<64, false>(p, B, full, s);
+  else a.shape.causal ? launch_all<128, true>(p, B, full, s) : launch_all<128, false>(p, B, full, s);
+}
+
+}  // namespace lpdiag::cuda

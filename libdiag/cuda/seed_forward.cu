@@ -1,0 +1,69 @@
+// The seed forward's launcher: checks, the fix's parameters, the instantiation for (head dim,
+// causal, level), on the caller's stream.
+#include <cuda_runtime.h>
+
+#include "flash/launch_common.hpp"
+#include "lpdiag/cuda/cuda_check.hpp"
+#include "seed/seed_forward_kernel.cuh"
+#include "seed/seed_tables.hpp"
+
+namespace lpdiag::cuda {
+namespace {
+
+seed::View seed_view(const BF16View& v, const char* name) {
+  if (!v.ptr) throw Error(std::string("seed attention: ") + name + " is null");
+  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
+}
+
+template <int D, bool Causal, int Level>
+void launch(const seed::FwdParams& p, int B, cudaStream_t s) {
+  constexpr int smem = seed::fwd_smem_bytes<D>();
+  auto kernel = seed::seed_fwd_kernel<D, Causal, Level>;
+  flash::allow_shared_memory(kernel, smem);
+  kernel<<<dim3((p.N + seed::kChunk - 1) / seed::kChunk, B * p.H), seed::kChunk, smem, s>>>(p);
+  LPDIAG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D, bool Causal>
+void by_level(const seed::FwdParams& p, int B, Instrument level, cudaStream_t s) {
+  switch (level) {
+    case Instrument::off: return launch<D, Causal, 0>(p, B, s);
+    case Instrument::counters: return launch<D, Causal, 1>(p, B, s);
+    case Instrument::full: return launch<D, Causal, 2>(p, B, s);
+  }
+}
+
+}  // namespace
+
+void seed_forward(const FlashForwardArgs& a) {
+  check_kernel_numerics(a.numerics);
+  flash::check_shape(a.shape);
+  seed::FwdParams p{};
+  p.q = seed_view(a.q, "q");
+  p.k = seed_view(a.k, "k");
+  p.v = seed_view(a.v, "v");
+  flash::require(a.o, "o");
+  flash::require(a.lse, "lse");
+  if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
+  if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
+  p.o = static_cast<__nv_bfloat16*>(a.o);
+  p.lse = a.lse;
+  p.residual = a.o_residual;
+  p.counters = a.counters;
+  p.H = static_cast<int>(a.shape.H);
+  p.N = static_cast<int>(a.shape.N);
+  p.key_tile = a.numerics.key_tile;
+  p.scale = flash::scale_of(a.shape);
+  p.fix.kind = static_cast<int>(a.fix.kind);  // none 0, paper 1, safe 2, sr 3 (the enum's order)
+  p.fix.tol = static_cast<float>(a.fix.tol);
+  p.fix.beta = static_cast<float>(a.fix.beta);
+  p.fix.offset = static_cast<float>(a.fix.offset);
+  p.fix.seed = a.fix.seed;
+  p.tables = seed::tables_for_current_device();
+  auto* s = static_cast<cudaStream_t>(a.stream);
+  const int B = static_cast<int>(a.shape.B);
+  if (a.shape.d == 64) a.shape.causal ? by_level<64, true>(p, B, a.instrument, s) : by_level<64, false>(p, B, a.instrument, s);
+  else a.shape.causal ? by_level<128, true>(p, B, a.instrument, s) : by_level<128, false>(p, B, a.instrument, s);
+}
+
+}  // namespace lpdiag::cuda
