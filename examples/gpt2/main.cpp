@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "autocast.hpp"
 #include "clip.hpp"
 #include "data.hpp"
 #include "model.hpp"
@@ -39,6 +40,9 @@ int train(int argc, char** argv) {
   app.add_option("--attention", cfg.attention,
                  "lpdiag (the op), sdpa (PyTorch's own in bf16, LibTorch >= 2) or sdpa-fp32 (PyTorch's own in fp32: the counterfactual)")
       ->capture_default_str();
+  bool autocast = false;
+  app.add_flag("--autocast", autocast, "Run the model under bf16 autocast (CUDA; the paper's recipe), parameters and AdamW in fp32");
+  app.add_option("--weight-decay", weight_decay, "AdamW weight decay (the paper: 0)")->capture_default_str();
   std::string lr_spike;
   app.add_option("--lr-spike", lr_spike,
                  "STEP:FACTOR:LEN multiplies the scheduled lr by FACTOR for LEN steps from STEP (a loss spike induced mid-run)");
@@ -64,6 +68,10 @@ int train(int argc, char** argv) {
   }
   if (device == "cuda" && !torch::cuda::is_available()) {
     std::fprintf(stderr, "gpt2_train: --device cuda but this LibTorch sees no CUDA device; use --device cpu\n");
+    return 2;
+  }
+  if (autocast && device != "cuda") {
+    std::fprintf(stderr, "gpt2_train: --autocast needs --device cuda\n");
     return 2;
   }
   if (cfg.attention != "lpdiag" && cfg.attention != "sdpa" && cfg.attention != "sdpa-fp32") {
@@ -97,8 +105,9 @@ int train(int argc, char** argv) {
                                  ",\"warmup\":" + std::to_string(warmup) + ",\"steps\":" + std::to_string(steps) + ",\"seed\":" +
                                  std::to_string(seed) + ",\"data_seed\":" + std::to_string(data_seed < 0 ? seed : data_seed) +
                                  ",\"lr_spike\":\"" + lr_spike + "\",\"device\":\"" + device + "\",\"attention\":\"" + cfg.attention +
-                                 "\",\"optimizer\":\"adamw\",\"schedule\":\"warmup+cosine\",\"precision\":\"" +
-                                 (cfg.attention == "sdpa-fp32" ? "fp32 attention" : "bf16 attention") + "\",\"policy\":\"" +
+                                 "\",\"optimizer\":\"adamw\",\"weight_decay\":" + std::to_string(weight_decay) +
+                                 ",\"schedule\":\"warmup+cosine\",\"precision\":\"" +
+                                 (cfg.attention == "sdpa-fp32" ? "fp32 attention" : "bf16 attention") + (autocast ? ", bf16 autocast" : "") + "\",\"policy\":\"" +
                                  cfg.policy + "\",\"fix\":\"" + cfg.fix + "\",\"text\":\"" + corpus.source + "\"}";
   // lpdiag: the Monitor and its role map (fused c_attn -> q, k, v of each layer).
   auto monitor = no_monitor ? c10::intrusive_ptr<lpdiag::hooks::Monitor>()
@@ -145,8 +154,11 @@ int train(int argc, char** argv) {
     const auto c0 = std::chrono::steady_clock::now();
     const torch::Tensor x = xc.to(dev), y = yc.to(dev);
     if (step >= timed_from) copy_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    torch::Tensor logits = model->forward(x);
-    loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+    {
+      const gpt2::Bf16Autocast amp(autocast);
+      torch::Tensor logits = model->forward(x);
+      loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+    }
     opt.zero_grad();
     loss.backward();
     const torch::Tensor grad_norm = gpt2::clip_grad_norm(model->parameters(), clip);

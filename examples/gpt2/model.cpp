@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "attention_op.hpp"
+#include "autocast.hpp"
 
 namespace gpt2 {
 
@@ -28,6 +29,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
     // sdpa-fp32: the same bf16 inputs, attention computed in fp32 (the counterfactual without
     // low-precision attention), the output rounded once to bf16 as every other path returns it.
     auto in = [&](const torch::Tensor& t) { return cfg.attention == "sdpa" ? heads(t) : heads(t).to(torch::kFloat32); };
+    const AutocastOff fp32_stays_fp32;  // under --autocast, SDPA would otherwise run in bf16
     y = at::scaled_dot_product_attention(in(qkv[0]), in(qkv[1]), in(qkv[2]), {}, 0.0, true).to(torch::kBFloat16);
 #else
     throw std::runtime_error("--attention " + cfg.attention + " needs LibTorch >= 2.0");

@@ -2,6 +2,8 @@
 // causal, level), on the caller's stream.
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
 #include "seed/seed_forward_kernel.cuh"
@@ -54,6 +56,7 @@ void seed_forward(const FlashForwardArgs& a) {
   p.N = static_cast<int>(a.shape.N);
   p.key_tile = a.numerics.key_tile;
   p.scale = flash::scale_of(a.shape);
+  p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
   p.fix.kind = static_cast<int>(a.fix.kind);  // none 0, paper 1, safe 2, sr 3 (the enum's order)
   p.fix.tol = static_cast<float>(a.fix.tol);
   p.fix.beta = static_cast<float>(a.fix.beta);

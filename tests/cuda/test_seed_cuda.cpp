@@ -2,9 +2,11 @@
 //  - O, L, dQ, dK, dV bit for bit (every element; the kernels do the emulation's operations in
 //    its order, with its exp and log: any difference fails and is printed);
 //  - the counters equal (integers exactly, logit_max exactly);
-//  - the O and delta error sums equal to 1e-9 relative (the fp64 references sum in another order
-//    and use the device's exp; that moves them by ~1e-16 relative of O, far below a bf16 place),
-//    the positive / negative counts within 0.01% (an error of exactly 0 can go either way).
+//  - the O error sums equal to 1e-9 relative (the fp64 references sum in another order and use
+//    the device's exp: ~1e-16 of O per element); the delta error sums to 1e-5 relative (the
+//    kernels' delta_hp is formed from O_lp minus an fp32 residual, as the fa2 kernels do, which
+//    carries each O_hp to 2^-24 of its O error: measured up to 5e-6 relative on the H200); the
+//    positive / negative counts within 0.01% (an error of exactly 0 can go either way).
 // Inputs: every probe family (adversarial: sinks, strong sinks, repeated maxima, zero maxima,
 // large logits, long rows), causal or not, at the probe's fixed seed and a fresh one (printed),
 // fixes none / paper / safe / sr, key tiles 64, 128 and 512; and Gaussian inputs at a fresh seed
@@ -140,7 +142,7 @@ int main() {
       const bool errs = a.o_err_count == g.o_err_count && close_rel(a.o_err_sum, g.o_err_sum, 1e-9) &&
                         close_rel(a.o_err_sumsq, g.o_err_sumsq, 1e-9) && close_count(a.o_err_pos, g.o_err_pos) &&
                         close_count(a.o_err_neg, g.o_err_neg) && a.delta_err_count == g.delta_err_count &&
-                        close_rel(a.delta_err_sum, g.delta_err_sum, 1e-9) && close_rel(a.delta_err_sumsq, g.delta_err_sumsq, 1e-9) &&
+                        close_rel(a.delta_err_sum, g.delta_err_sum, 1e-5) && close_rel(a.delta_err_sumsq, g.delta_err_sumsq, 1e-5) &&
                         close_count(a.delta_err_pos, g.delta_err_pos) && close_count(a.delta_err_neg, g.delta_err_neg);
       if (!counts || !errs) {
         char b[400];

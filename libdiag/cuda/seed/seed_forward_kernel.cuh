@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kChunk) seed_fwd_kernel(FwdParams p) {
         if (c0 + jj >= nk) continue;
         double a = 0.0;
         for (int c = 0; c < D; ++c) a += double(q[c]) * double(kv[jj * D + c]);
-        sc[jj] = a * double(p.scale);
+        sc[jj] = a * p.scale_hp;
         tmax = fmax(tmax, sc[jj]);
       }
       __syncthreads();

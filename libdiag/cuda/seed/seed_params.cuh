@@ -19,6 +19,7 @@ struct FwdParams {
   Tables tables;
   int H, N, key_tile;
   float scale;
+  double scale_hp;  // full: the fp64 reference's alpha (1/sqrt(d) in fp64, as the CPU's hp)
   FixParams fix;
 };
 

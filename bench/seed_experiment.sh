@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One device call: the reproduction experiment of docs/SEED_EXPERIMENT.md. A small GPT-2
+# (4 layers, 4 heads of 64, width 256, block 256, batch 16) on the KJV text under bf16 autocast,
+# the paper's recipe (AdamW 0.9/0.95, weight decay 0, clip 1, warmup then cosine), same seed and
+# data order in every arm, hooks on at `full`:
+#   seed/none, seed/paper, seed/safe (the seed CUDA kernels, key tile 128: two tiles per row, as
+#   the paper's 512-key tiles at block 1024), fa2/none, fp32 (PyTorch SDPA in fp32),
+# at lr 1e-3, and seed/none, seed/paper and fp32 at lr 4e-3 (the learning-rate search).
+# Then `lpdiag analyze` of every arm and `--reference` of each bf16 arm against its fp32 arm.
+#   bench/seed_experiment.sh [STEPS]     needs corpus/kjv.txt (scripts/make-corpus; carry it)
+set -u
+OUT=${OUT:-out/seed}
+STEPS=${1:-5000}
+mkdir -p "$OUT"
+B=build-seed
+TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+echo "== configure $(date +%T)"
+CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 ||
+  { tail -30 "$OUT/configure.log"; exit 1; }
+echo "== build $(date +%T)"
+ninja -C $B gpt2_train lpdiag_cli ${EXTRA_TARGETS:-} >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+[ -n "${PRE:-}" ] && eval "$PRE"
+G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 4 --n-head 4 --n-embd 256 --block 256 --batch 16 --autocast
+   --weight-decay 0 --text corpus/kjv.txt --instrument full --compression 6 --flush-every 50 --seed 1 --log-every 250
+   --weights-every 5 --no-activations --warmup 200 --steps $STEPS"
+run() {  # name, args...
+  local name=$1; shift
+  timeout -s TERM "${RUN_LIMIT:-420}" $G "$@" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(grep -E "^trained|error|steady" "$OUT/$name.log" | tail -2 | tr '\n' ' ')"
+}
+echo "== runs $(date +%T)"
+S="--policy seed:tile=128"
+run seed-none-1e-3 --lr 1e-3 $S &
+run seed-paper-1e-3 --lr 1e-3 $S --fix paper &
+run seed-safe-1e-3 --lr 1e-3 $S --fix safe &
+run fa2-none-1e-3 --lr 1e-3 &
+run fp32-1e-3 --lr 1e-3 --attention sdpa-fp32 &
+run seed-none-4e-3 --lr 4e-3 $S &
+run seed-paper-4e-3 --lr 4e-3 $S --fix paper &
+run fp32-4e-3 --lr 4e-3 --attention sdpa-fp32 &
+wait
+echo "== analyze $(date +%T)"
+L=$B/tools/lpdiag
+for f in "$OUT"/*.h5; do
+  n=$(basename "$f" .h5)
+  lr=${n##*-}
+  $L analyze "$f" --json >"$OUT/$n.analyze.json" 2>"$OUT/$n.analyze.err"
+  $L analyze "$f" >"$OUT/$n.analyze.txt" 2>&1
+  [ "$n" != "fp32-$lr" ] && [ -f "$OUT/fp32-$lr.h5" ] && $L analyze "$f" --reference "$OUT/fp32-$lr.h5" --json >"$OUT/$n.reference.json" 2>&1
+  python3 - "$OUT/$n.analyze.json" "$OUT/$n.reference.json" "$n" <<'PY'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(sys.argv[3], "analyze failed:", e); sys.exit(0)
+c, r = j["chain"], j["run"]
+ref = None
+try:
+    ref = json.load(open(sys.argv[2])).get("reference")
+except Exception:
+    pass
+print(f"{sys.argv[3]:18s} healthy={r['healthy']} failure={(r['failure'] or {}).get('kind')}@{(r['failure'] or {}).get('onset_step')} "
+      f"chain={c['found']} missing={j.get('missing_links')} ref={None if not ref else (ref.get('failed'), ref.get('attributable_to_attention_numerics'))}")
+PY
+done
+for f in "$OUT"/*.log; do echo "--- $(basename $f)"; grep -E "^step +(0|[0-9]*000|4999) |^trained|steady|error|not finite" "$f" | tail -9; done
+(cd "$OUT" && tar czf logs.tar.gz *.log *.json *.txt *.err configure.log build.log 2>/dev/null; rm -f *.log *.json *.txt *.err; tar cf - *.h5 | split -b 15M - traces.tar. && rm -f *.h5)
+ls -l "$OUT"
