@@ -44,7 +44,7 @@ echo "== analyze $(date +%T)"
 L=$B/tools/lpdiag
 for f in "$OUT"/*.h5; do
   n=$(basename "$f" .h5)
-  lr=${n##*-}
+  lr=${n#*-*-}; [ "${n%%-*}" = fp32 ] && lr=${n#fp32-}  # seed-none-4e-3 -> 4e-3, fp32-4e-3 -> 4e-3
   $L analyze "$f" --json >"$OUT/$n.analyze.json" 2>"$OUT/$n.analyze.err"
   $L analyze "$f" >"$OUT/$n.analyze.txt" 2>&1
   [ "$n" != "fp32-$lr" ] && [ -f "$OUT/fp32-$lr.h5" ] && $L analyze "$f" --reference "$OUT/fp32-$lr.h5" --json >"$OUT/$n.reference.json" 2>&1

@@ -14,6 +14,7 @@
 
 namespace {
 int train(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach a log file as they are printed, even if the run is killed
   gpt2::Config cfg;
   int64_t steps = 300, batch = 8, warmup = 30, log_every = 25, seed = 1337;
   double lr = 3e-3, min_lr = 3e-4, clip = 1.0, weight_decay = 0.1;

@@ -2,11 +2,12 @@
 //  - O, L, dQ, dK, dV bit for bit (every element; the kernels do the emulation's operations in
 //    its order, with its exp and log: any difference fails and is printed);
 //  - the counters equal (integers exactly, logit_max exactly);
-//  - the O error sums equal to 1e-9 relative (the fp64 references sum in another order and use
-//    the device's exp: ~1e-16 of O per element); the delta error sums to 1e-5 relative (the
-//    kernels' delta_hp is formed from O_lp minus an fp32 residual, as the fa2 kernels do, which
-//    carries each O_hp to 2^-24 of its O error: measured up to 5e-6 relative on the H200); the
-//    positive / negative counts within 0.01% (an error of exactly 0 can go either way).
+//  - the O error sums equal to 1e-9 of their scale sqrt(n sumsq) (the fp64 references sum in
+//    another order and use the device's exp: ~1e-16 of O per element); the delta error sums to
+//    1e-5 of that scale (the kernels' delta_hp is formed from O_lp minus an fp32 residual, as the
+//    fa2 kernels do, which carries each O_hp to 2^-24 of its O error: up to 5e-6 measured on the
+//    H200); positive / negative counts within 0.01% for O and 1% for delta (an error within the
+//    residual's precision of 0 can take either sign).
 // Inputs: every probe family (adversarial: sinks, strong sinks, repeated maxima, zero maxima,
 // large logits, long rows), causal or not, at the probe's fixed seed and a fresh one (printed),
 // fixes none / paper / safe / sr, key tiles 64, 128 and 512; and Gaussian inputs at a fresh seed
@@ -52,7 +53,13 @@ long long differing(const std::vector<float>& a, const std::vector<float>& b, st
 }
 
 bool close_rel(double a, double b, double tol) { return std::fabs(a - b) <= tol * std::max({std::fabs(a), std::fabs(b), 1e-300}); }
-bool close_count(std::int64_t a, std::int64_t b) { return std::llabs(a - b) <= std::max<std::int64_t>(1, (a + b) / 20000); }
+// Sums of signed errors can cancel: compare them on the scale of the errors themselves.
+bool close_sum(double a, double b, double n, double sumsq, double tol) {
+  return std::fabs(a - b) <= tol * std::max(std::sqrt(n * sumsq), 1e-300);
+}
+bool close_count(std::int64_t a, std::int64_t b, double frac) {
+  return static_cast<double>(std::llabs(a - b)) <= std::max(1.0, frac * static_cast<double>(a + b));
+}
 
 ProbeCase gaussian(std::uint64_t seed, bool causal, std::int64_t d) {
   ProbeCase pc;
@@ -139,22 +146,27 @@ int main() {
                           a.tile_repeated_max_rows == g.tile_repeated_max_rows &&
                           a.zero_max_repeated_rows == g.zero_max_repeated_rows && a.pbar_one_entries == g.pbar_one_entries &&
                           a.fix_engaged_rows == g.fix_engaged_rows && a.logit_max == g.logit_max;
-      const bool errs = a.o_err_count == g.o_err_count && close_rel(a.o_err_sum, g.o_err_sum, 1e-9) &&
-                        close_rel(a.o_err_sumsq, g.o_err_sumsq, 1e-9) && close_count(a.o_err_pos, g.o_err_pos) &&
-                        close_count(a.o_err_neg, g.o_err_neg) && a.delta_err_count == g.delta_err_count &&
-                        close_rel(a.delta_err_sum, g.delta_err_sum, 1e-5) && close_rel(a.delta_err_sumsq, g.delta_err_sumsq, 1e-5) &&
-                        close_count(a.delta_err_pos, g.delta_err_pos) && close_count(a.delta_err_neg, g.delta_err_neg);
+      const double on = static_cast<double>(a.o_err_count), dn = static_cast<double>(a.delta_err_count);
+      const bool errs = a.o_err_count == g.o_err_count && close_sum(a.o_err_sum, g.o_err_sum, on, a.o_err_sumsq, 1e-9) &&
+                        close_rel(a.o_err_sumsq, g.o_err_sumsq, 1e-9) && close_count(a.o_err_pos, g.o_err_pos, 1e-4) &&
+                        close_count(a.o_err_neg, g.o_err_neg, 1e-4) && a.delta_err_count == g.delta_err_count &&
+                        close_sum(a.delta_err_sum, g.delta_err_sum, dn, a.delta_err_sumsq, 1e-5) &&
+                        close_rel(a.delta_err_sumsq, g.delta_err_sumsq, 1e-5) && close_count(a.delta_err_pos, g.delta_err_pos, 1e-2) &&
+                        close_count(a.delta_err_neg, g.delta_err_neg, 1e-2);
       if (!counts || !errs) {
-        char b[400];
+        char b[900];
         std::snprintf(b, sizeof b,
                       " head %zu %s: rows %lld/%lld rep %lld/%lld tile %lld/%lld zero %lld/%lld one %lld/%lld fix %lld/%lld "
-                      "logit %.9g/%.9g o_err sum %.12g/%.12g n %lld/%lld d_err sum %.12g/%.12g;",
+                      "logit %.9g/%.9g o_err sum %.12g/%.12g sumsq %.12g/%.12g n %lld/%lld +- %lld/%lld %lld/%lld d_err sum "
+                      "%.12g/%.12g sumsq %.12g/%.12g +- %lld/%lld %lld/%lld;",
                       h, counts ? "errors" : "counters", (long long)a.rows, (long long)g.rows, (long long)a.repeated_max_rows,
                       (long long)g.repeated_max_rows, (long long)a.tile_repeated_max_rows, (long long)g.tile_repeated_max_rows,
                       (long long)a.zero_max_repeated_rows, (long long)g.zero_max_repeated_rows, (long long)a.pbar_one_entries,
                       (long long)g.pbar_one_entries, (long long)a.fix_engaged_rows, (long long)g.fix_engaged_rows, a.logit_max,
-                      g.logit_max, a.o_err_sum, g.o_err_sum, (long long)a.o_err_count, (long long)g.o_err_count, a.delta_err_sum,
-                      g.delta_err_sum);
+                      g.logit_max, a.o_err_sum, g.o_err_sum, a.o_err_sumsq, g.o_err_sumsq, (long long)a.o_err_count,
+                      (long long)g.o_err_count, (long long)a.o_err_pos, (long long)g.o_err_pos, (long long)a.o_err_neg,
+                      (long long)g.o_err_neg, a.delta_err_sum, g.delta_err_sum, a.delta_err_sumsq, g.delta_err_sumsq,
+                      (long long)a.delta_err_pos, (long long)g.delta_err_pos, (long long)a.delta_err_neg, (long long)g.delta_err_neg);
         why += b;
         break;
       }
