@@ -7,10 +7,13 @@
 #   the paper's 512-key tiles at block 1024), fa2/none, fp32 (PyTorch SDPA in fp32),
 # at lr 1e-3, and seed/none, seed/paper and fp32 at lr 4e-3 (the learning-rate search).
 # Then `lpdiag analyze` of every arm and `--reference` of each bf16 arm against its fp32 arm.
-#   bench/seed_experiment.sh [STEPS]     needs corpus/kjv.txt (scripts/make-corpus; carry it)
+#   bench/seed_experiment.sh [STEPS] [all|seed-1e-3]     needs corpus/kjv.txt (scripts/make-corpus; carry it)
+# seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
+# run on the CUDA cores).
 set -u
 OUT=${OUT:-out/seed}
 STEPS=${1:-5000}
+ARMS=${2:-all}
 mkdir -p "$OUT"
 B=build-seed
 TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
@@ -34,11 +37,13 @@ S="--policy seed:tile=128"
 run seed-none-1e-3 --lr 1e-3 $S &
 run seed-paper-1e-3 --lr 1e-3 $S --fix paper &
 run seed-safe-1e-3 --lr 1e-3 $S --fix safe &
+if [ "$ARMS" = all ]; then
 run fa2-none-1e-3 --lr 1e-3 &
 run fp32-1e-3 --lr 1e-3 --attention sdpa-fp32 &
 run seed-none-4e-3 --lr 4e-3 $S &
 run seed-paper-4e-3 --lr 4e-3 $S --fix paper &
 run fp32-4e-3 --lr 4e-3 --attention sdpa-fp32 &
+fi
 wait
 echo "== analyze $(date +%T)"
 L=$B/tools/lpdiag
