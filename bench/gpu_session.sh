@@ -7,11 +7,7 @@ OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 B=build-gpu4
 stage() { echo "== $1 ($(date +%T))"; }
-TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-stage configure
-# The image's CC/CXX/CUDAHOSTCXX point at /opt/gcc, which has only a static libstdc++: shared
-# libraries linked through it crash inside Python's PyTorch (docs/GPU_RUNS.md). Use the system g++.
-CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+source "$(dirname "$0")/gpu_configure.sh"
 grep -E "CUDA kernels|LibTorch|libstdc" "$OUT/configure.log"
 stage build
 # TARGETS (space-separated) limits the build to what the stages need.

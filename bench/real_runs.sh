@@ -8,11 +8,7 @@ set -u
 OUT=${OUT:-out/real}
 mkdir -p "$OUT"
 B=build-real
-TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-echo "== configure $(date +%T)"
-CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 ||
-  { tail -30 "$OUT/configure.log"; exit 1; }
+source "$(dirname "$0")/gpu_configure.sh"
 echo "== build $(date +%T)"
 ninja -C $B gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16

@@ -16,11 +16,7 @@ STEPS=${1:-5000}
 ARMS=${2:-all}
 mkdir -p "$OUT"
 B=build-seed
-TP=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-echo "== configure $(date +%T)"
-CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$TP" \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ >"$OUT/configure.log" 2>&1 ||
-  { tail -30 "$OUT/configure.log"; exit 1; }
+source "$(dirname "$0")/gpu_configure.sh"
 echo "== build $(date +%T)"
 ninja -C $B gpt2_train lpdiag_cli ${EXTRA_TARGETS:-} >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 [ -n "${PRE:-}" ] && eval "$PRE"

@@ -25,6 +25,8 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--lr", type=float, default=3e-3)
 p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
 p.add_argument("--device", default="cpu")
+p.add_argument("--policy", default="fa2", help="attention numerics: fa2, seed, seed:tile=N (CUDA: fa2 and seed kernels; CPU: every policy)")
+p.add_argument("--fix", default="none", help="none, paper, safe, sr")
 args = p.parse_args()
 torch.manual_seed(1337)
 torch.ops.load_library(args.lib)  # lpdiag
@@ -46,7 +48,7 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, args.n_head, C // args.n_head).transpose(1, 2).to(torch.bfloat16) for t in (q, k, v))
-        y = torch.ops.lpdiag.attention(q, k, v, True, "fa2", "none", "counters", self.layer)  # lpdiag
+        y = torch.ops.lpdiag.attention(q, k, v, True, args.policy, args.fix, "counters", self.layer)  # lpdiag
         y = y.to(x.dtype).transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp(self.ln2(x))
@@ -72,6 +74,7 @@ rank, world = (torch.distributed.get_rank(), torch.distributed.get_world_size())
 mon = torch.classes.lpdiag.Monitor(args.out, args.n_layer, args.n_head, args.n_embd // args.n_head, '{"model":"nanogpt"}', rank, world)  # lpdiag
 for l, b in enumerate(model.blocks):  # lpdiag: role map, GPT-2's fused c_attn
     mon.add_fused_qkv(f"h.{l}.attn", l, b.c_attn.weight)  # lpdiag
+    mon.set_attention_numerics(l, args.policy, args.fix)  # lpdiag: what the op runs in this layer
     mon.add_activation(f"h.{l}.out", l)  # lpdiag: each block's output (max |x|, rms)
     b.register_forward_hook(lambda m, i, o, name=f"h.{l}.out": mon.observe_activation(name, o))  # lpdiag
 first = None

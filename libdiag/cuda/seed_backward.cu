@@ -10,11 +10,6 @@
 namespace lpdiag::cuda {
 namespace {
 
-seed::View seed_view(const BF16View& v, const char* name) {
-  if (!v.ptr) throw Error(std::string("seed attention (backward): ") + name + " is null");
-  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
-}
-
 template <int D, bool Causal>
 void launch_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
   const dim3 grid((p.N + seed::kChunk - 1) / seed::kChunk, B * p.H);
@@ -37,11 +32,11 @@ void seed_backward(const FlashBackwardArgs& a) {
   check_kernel_numerics(a.numerics);
   flash::check_shape(a.shape);
   seed::BwdParams p{};
-  p.q = seed_view(a.q, "q");
-  p.k = seed_view(a.k, "k");
-  p.v = seed_view(a.v, "v");
-  p.o = seed_view(a.o, "o");
-  p.dout = seed_view(a.dout, "dout");
+  p.q = seed::view_of(a.q, "q");
+  p.k = seed::view_of(a.k, "k");
+  p.v = seed::view_of(a.v, "v");
+  p.o = seed::view_of(a.o, "o");
+  p.dout = seed::view_of(a.dout, "dout");
   flash::require(a.lse, "lse");
   flash::require(a.dq, "dq");
   flash::require(a.dk, "dk");

@@ -12,11 +12,6 @@
 namespace lpdiag::cuda {
 namespace {
 
-seed::View seed_view(const BF16View& v, const char* name) {
-  if (!v.ptr) throw Error(std::string("seed attention: ") + name + " is null");
-  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
-}
-
 template <int D, bool Causal, int Level>
 void launch(const seed::FwdParams& p, int B, cudaStream_t s) {
   constexpr int smem = seed::fwd_smem_bytes<D>();
@@ -41,9 +36,9 @@ void seed_forward(const FlashForwardArgs& a) {
   check_kernel_numerics(a.numerics);
   flash::check_shape(a.shape);
   seed::FwdParams p{};
-  p.q = seed_view(a.q, "q");
-  p.k = seed_view(a.k, "k");
-  p.v = seed_view(a.v, "v");
+  p.q = seed::view_of(a.q, "q");
+  p.k = seed::view_of(a.k, "k");
+  p.v = seed::view_of(a.v, "v");
   flash::require(a.o, "o");
   flash::require(a.lse, "lse");
   if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");

@@ -9,16 +9,12 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
  - seed/none at lr 1e-3: healthy, biased delta error from the first steps and the trigger, no chain;
  - fp32 at lr 4e-3: healthy, no attention counters (PyTorch's attention), check clean.
    seed_runs.py LPDIAG_BINARY FIXTURE_DIR"""
-import json
+import os
 import subprocess
 import sys
 
-
-def analyze(lpdiag, *args):
-    out = subprocess.run([lpdiag, "analyze", "--json", *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"analyze {' '.join(args)}: exit {out.returncode}: {out.stderr}")
-    return json.loads(out.stdout)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_runs import analyze  # noqa: E402
 
 
 def main():

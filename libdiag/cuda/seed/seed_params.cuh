@@ -1,5 +1,8 @@
 // The seed kernels' view of one launch (filled by seed_forward.cu / seed_backward.cu).
 #pragma once
+#include <string>
+
+#include "lpdiag/error.hpp"
 #include "seed_math.cuh"
 
 namespace lpdiag::cuda::seed {
@@ -34,5 +37,11 @@ struct BwdParams {
   int H, N, key_tile, query_tile;
   float scale;
 };
+
+// A public BF16View as the kernels read it (any strides; d contiguous).
+inline View view_of(const BF16View& v, const char* name) {
+  if (!v.ptr) throw Error(std::string("seed attention: ") + name + " is null");
+  return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
+}
 
 }  // namespace lpdiag::cuda::seed
