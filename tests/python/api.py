@@ -1,0 +1,120 @@
+"""lpdiag.attention and lpdiag.Monitor from Python (torch 1.13 on the CPU machines, 2.11 on the GPU
+machine): a nanoGPT-style model (fused c_attn) and a Hugging Face-style one (q_proj/k_proj/v_proj)
+whose attention calls lpdiag.attention without a layer index train 4 steps inside
+`with lpdiag.Monitor(path, model)`; the trace must hold every layer's counters (rows > 0 in each,
+so no layer's calls were dropped), the q/k/v weights the Monitor found, and the policy the model
+ran. Bad arguments must raise with a message naming them. Seed printed."""
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+
+import lpdiag
+
+LPDIAG = sys.argv[1]
+seed = random.randrange(1 << 30)
+print(f"seed {seed}")
+torch.manual_seed(seed)
+failures = 0
+
+
+def check(what, ok, detail=""):
+    global failures
+    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
+    failures += not ok
+
+
+C, H, T = 32, 2, 16
+
+
+class NanoAttn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n_head = H
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+
+    def forward(self, x):
+        B = x.shape[0]
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for t in self.c_attn(x).split(C, 2))
+        y = lpdiag.attention(q, k, v, causal=True, policy="seed")
+        return self.c_proj(y.float().transpose(1, 2).reshape(B, T, C))
+
+
+class HFConfig:
+    num_attention_heads = H
+
+
+class HFAttn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(C, C) for _ in range(4))
+
+    def forward(self, x):
+        B = x.shape[0]
+        q, k, v = (p(x).view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for p in (self.q_proj, self.k_proj, self.v_proj))
+        y = lpdiag.attention(q, k, v, causal=True, policy="seed")
+        return self.o_proj(y.float().transpose(1, 2).reshape(B, T, C))
+
+
+class Model(nn.Module):
+    def __init__(self, attn):
+        super().__init__()
+        self.config = HFConfig()
+        self.emb = nn.Embedding(11, C)
+        self.layers = nn.ModuleList(attn() for _ in range(2))
+        self.head = nn.Linear(C, 11)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for a in self.layers:
+            x = x + a(x)
+        return self.head(x)
+
+
+with tempfile.TemporaryDirectory() as d:
+    for kind, attn in (("nanogpt", NanoAttn), ("hf", HFAttn)):
+        model = Model(attn)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        path = os.path.join(d, f"{kind}.h5")
+        with lpdiag.Monitor(path, model, policy="seed", flush_every=2) as mon:
+            check(f"{kind}: two attention layers found", mon.layers == ["layers.0", "layers.1"], str(mon.layers))
+            for step in range(4):
+                idx = torch.randint(0, 11, (2, T))
+                loss = nn.functional.cross_entropy(model(idx).view(-1, 11), idx.view(-1))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                mon.record(step, loss, lr=1e-2, grad_norm=1.0)
+        info = subprocess.run([LPDIAG, "info", path], capture_output=True, text=True).stdout
+        check(f"{kind}: 4 records", "records     4" in info, info)
+        check(f"{kind}: W_Q of both layers registered", info.count("attn_q") == 2, info)
+        check(f"{kind}: the policy that ran recorded", info.count("policy seed") == 2, info)
+        try:
+            import h5py
+            with h5py.File(path, "r") as h:
+                rows = [int(g["rows"][:].sum()) for g in h["attention"].values()]
+            check(f"{kind}: every layer's counters recorded (rows {rows})", len(rows) == 2 and all(r > 0 for r in rows))
+        except ImportError:
+            print(f"skip {kind}: counters per layer (no h5py here)")
+
+x = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
+for what, call, needle in (
+        ("3-D input", lambda: lpdiag.attention(x[0], x[0], x[0]), "(B, H, N, d)"),
+        ("float64", lambda: lpdiag.attention(x.double(), x.double(), x.double()), "bfloat16 or float32"),
+        ("unknown policy", lambda: lpdiag.attention(x, x, x, policy="fa9"), "policy must be one of"),
+        ("unknown level", lambda: lpdiag.attention(x, x, x, level="all"), "level must be one of"),
+        ("other scale", lambda: lpdiag.attention(x, x, x, scale=0.5), "scale 1/sqrt(d)"),
+        ("shapes differ", lambda: lpdiag.attention(x, x, x[:, :, :4]), "one shape"),
+        ("no attention module", lambda: lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"none-{seed}.h5"), nn.Linear(2, 2)),
+         "found no attention module")):
+    try:
+        call()
+        check(f"{what}: raises", False, "no error")
+    except (ValueError, TypeError) as e:
+        check(f"{what}: raises naming it", needle in str(e), str(e))
+print("FAIL" if failures else "ok")
+sys.exit(1 if failures else 0)
