@@ -42,15 +42,13 @@ torch::Tensor kernel_layout(const torch::Tensor& t) {
   return ok ? t : t.contiguous();
 }
 
-lc::KernelNumerics numerics_of(const AttentionConfig& cfg) { return {cfg.policy, cfg.tile_k, cfg.tile_q}; }
-
 void check_cuda_args(const torch::Tensor& q, const AttentionConfig& cfg) {
   TORCH_CHECK(q.scalar_type() == torch::kBFloat16, "lpdiag::attention: q must be bfloat16 on CUDA, got ", q.scalar_type(),
               " (float32 is accepted on the CPU only)");
   TORCH_CHECK(q.size(3) == 64 || q.size(3) == 128, "lpdiag::attention: the CUDA kernels take head dim 64 or 128; q has ",
               q.size(3));
   try {
-    lc::check_kernel_numerics(numerics_of(cfg));
+    lc::check_kernel_numerics(lc::kernel_numerics(cfg));
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention: ", e.what());
   }
@@ -71,7 +69,7 @@ FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torc
   lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : counters_for(layer, q.size(1), q, scratch);
   try {
     lc::FlashForwardArgs a = forward_args(q, k, v, out, cfg.causal, cfg.fix, level, counters, stream());
-    a.numerics = numerics_of(cfg);
+    a.numerics = lc::kernel_numerics(cfg);
     lc::flash_forward(a);
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention: ", e.what());
@@ -94,7 +92,7 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;
   try {
     lc::FlashBackwardArgs a = backward_args(q, k, v, g, fwd, out, cfg.causal, level, counters, stream());
-    a.numerics = numerics_of(cfg);
+    a.numerics = lc::kernel_numerics(cfg);
     lc::flash_backward(a);
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention (backward): ", e.what());

@@ -49,7 +49,7 @@ std::int64_t count_nonfinite(const std::vector<float>& x) {
 
 AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInputs& in, Instrument level, bool backward,
                                 int bwd_key_block) {
-  const KernelNumerics numerics{cfg.policy, cfg.tile_k, cfg.tile_q};
+  const KernelNumerics numerics = kernel_numerics(cfg);
   check_kernel_numerics(numerics);
   if (!in.q || !in.k || !in.v) throw InvalidArgument("CUDA attention: q, k and v are required");
   if (backward && !in.dout) throw InvalidArgument("CUDA attention: the backward pass needs dout");

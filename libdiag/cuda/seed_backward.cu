@@ -2,10 +2,9 @@
 // the caller's stream.
 #include <cuda_runtime.h>
 
-#include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
 #include "seed/seed_backward_kernels.cuh"
-#include "seed/seed_tables.hpp"
+#include "seed/seed_launch.hpp"
 
 namespace lpdiag::cuda {
 namespace {
@@ -29,12 +28,8 @@ void launch_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
 }  // namespace
 
 void seed_backward(const FlashBackwardArgs& a) {
-  check_kernel_numerics(a.numerics);
-  flash::check_shape(a.shape);
   seed::BwdParams p{};
-  p.q = seed::view_of(a.q, "q");
-  p.k = seed::view_of(a.k, "k");
-  p.v = seed::view_of(a.v, "v");
+  seed::set_common(p, a);
   p.o = seed::view_of(a.o, "o");
   p.dout = seed::view_of(a.dout, "dout");
   flash::require(a.lse, "lse");
@@ -51,12 +46,7 @@ void seed_backward(const FlashBackwardArgs& a) {
   p.dk = static_cast<__nv_bfloat16*>(a.dk);
   p.dv = static_cast<__nv_bfloat16*>(a.dv);
   p.counters = a.counters;
-  p.H = static_cast<int>(a.shape.H);
-  p.N = static_cast<int>(a.shape.N);
-  p.key_tile = a.numerics.key_tile;
   p.query_tile = a.numerics.query_tile;
-  p.scale = flash::scale_of(a.shape);
-  p.tables = seed::tables_for_current_device();
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? launch_all<64, true>(p, B, full, s) : launch_all<64, false>(p, B, full, s);

@@ -4,10 +4,9 @@
 
 #include <cmath>
 
-#include "flash/launch_common.hpp"
 #include "lpdiag/cuda/cuda_check.hpp"
 #include "seed/seed_forward_kernel.cuh"
-#include "seed/seed_tables.hpp"
+#include "seed/seed_launch.hpp"
 
 namespace lpdiag::cuda {
 namespace {
@@ -33,12 +32,8 @@ void by_level(const seed::FwdParams& p, int B, Instrument level, cudaStream_t s)
 }  // namespace
 
 void seed_forward(const FlashForwardArgs& a) {
-  check_kernel_numerics(a.numerics);
-  flash::check_shape(a.shape);
   seed::FwdParams p{};
-  p.q = seed::view_of(a.q, "q");
-  p.k = seed::view_of(a.k, "k");
-  p.v = seed::view_of(a.v, "v");
+  seed::set_common(p, a);
   flash::require(a.o, "o");
   flash::require(a.lse, "lse");
   if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
@@ -47,17 +42,12 @@ void seed_forward(const FlashForwardArgs& a) {
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;
-  p.H = static_cast<int>(a.shape.H);
-  p.N = static_cast<int>(a.shape.N);
-  p.key_tile = a.numerics.key_tile;
-  p.scale = flash::scale_of(a.shape);
   p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
   p.fix.kind = static_cast<int>(a.fix.kind);  // none 0, paper 1, safe 2, sr 3 (the enum's order)
   p.fix.tol = static_cast<float>(a.fix.tol);
   p.fix.beta = static_cast<float>(a.fix.beta);
   p.fix.offset = static_cast<float>(a.fix.offset);
   p.fix.seed = a.fix.seed;
-  p.tables = seed::tables_for_current_device();
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? by_level<64, true>(p, B, a.instrument, s) : by_level<64, false>(p, B, a.instrument, s);

@@ -104,11 +104,12 @@ with tempfile.TemporaryDirectory() as d:
 x = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
 for what, call, needle in (
         ("3-D input", lambda: lpdiag.attention(x[0], x[0], x[0]), "(B, H, N, d)"),
-        ("float64", lambda: lpdiag.attention(x.double(), x.double(), x.double()), "bfloat16 or float32"),
-        ("unknown policy", lambda: lpdiag.attention(x, x, x, policy="fa9"), "policy must be one of"),
-        ("unknown level", lambda: lpdiag.attention(x, x, x, level="all"), "level must be one of"),
+        ("float64", lambda: lpdiag.attention(x.double(), x.double(), x.double()), "must be bfloat16 (or float32)"),
+        ("unknown policy", lambda: lpdiag.attention(x, x, x, policy="fa9"), "unknown attention policy 'fa9'"),
+        ("unknown level", lambda: lpdiag.attention(x, x, x, level="all"), "level must be off, counters or full"),
         ("other scale", lambda: lpdiag.attention(x, x, x, scale=0.5), "scale 1/sqrt(d)"),
-        ("shapes differ", lambda: lpdiag.attention(x, x, x[:, :, :4]), "one shape"),
+        ("shapes differ", lambda: lpdiag.attention(x, x, x[:, :, :4]), "must have the shape of q"),
+        ("not a tensor", lambda: lpdiag.attention([1.0], x, x), "must be a torch.Tensor"),
         ("no attention module", lambda: lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"none-{seed}.h5"), nn.Linear(2, 2)),
          "found no attention module")):
     try:

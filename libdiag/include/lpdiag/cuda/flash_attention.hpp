@@ -53,6 +53,8 @@ struct KernelNumerics {
   int key_tile = kernel_key_tile;
   int query_tile = 64;
 };
+// The numerics a config declares (policy and tiles), as the kernels take them.
+inline KernelNumerics kernel_numerics(const AttentionConfig& c) { return {c.policy, c.tile_k, c.tile_q}; }
 
 struct FlashForwardArgs {
   FlashShape shape;
