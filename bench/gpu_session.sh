@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [simt] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -212,6 +212,20 @@ PY
       $B/tools/lpdiag info "$OUT/seed-smoke.h5" 2>&1 | grep -E "records|policy|attention" | head -6
       stage "reliability_stuck_loop (CUDA mode)"
       (cd $B && timeout 120 ctest -R reliability_stuck_loop --output-on-failure 2>&1 | grep -E "ok|FAIL|skip|Passed|Failed" | head -20) ;;
+    simt)
+      # The one-thread-per-row kernels (seed, fp32): bit for bit against the CPU engine, both
+      # sanitizers on small cases, their speed against fa2.
+      for pol in seed fp32; do
+        stage "test_seed_cuda $pol"
+        timeout 300 $B/tests/test_seed_cuda $pol >"$OUT/simt-$pol.log" 2>&1; echo "rc=$?"
+        grep -E "FAIL|cases FAILED|^device" "$OUT/simt-$pol.log" | head -20
+        for tool in memcheck racecheck; do
+          timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_seed_cuda $pol --small >"$OUT/sanitizer-$tool-$pol.log" 2>&1
+          echo "$tool $pol rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases FAILED" "$OUT/sanitizer-$tool-$pol.log" | tail -2
+        done
+      done
+      stage "bench_seed_kernels"
+      timeout 200 $B/bench/bench_seed_kernels --reps 10 2>&1 | tee "$OUT/simt-bench.log" ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"

@@ -1,8 +1,8 @@
-// Speed of the seed CUDA kernels against lpdiag's fa2 kernels in the same run (the baseline),
+// Speed of the seed and fp32 CUDA kernels against lpdiag's fa2 kernels in the same run (the baseline),
 // forward + backward at `counters`, inputs N(0, 1) in bf16:
 //   bench_seed_kernels [--reps N]      shapes: GPT-2 small (B16 H12 N1024 d64 causal) and a
 //                                      small model's (B32 H6 N256 d64 causal)
-// Prints ms per fwd+bwd (median of reps) and the ratio seed / fa2. Exits 77 without a device.
+// Prints ms per fwd+bwd (median of reps) and the ratio to fa2. Exits 77 without a device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
       const double t = time_ms(s, {Policy::seed, tile, 64}, reps);
       std::printf("%-40s seed tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, t, t / base);
     }
+    const double t32 = time_ms(s, {Policy::fp32, 64, 64}, reps);
+    std::printf("%-40s fp32 tile 64   %9.3f ms  %.2fx fa2\n", s.name, t32, t32 / base);
   }
   return 0;
 }

@@ -93,6 +93,7 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   try {
     lc::FlashBackwardArgs a = backward_args(q, k, v, g, fwd, out, cfg.causal, level, counters, stream());
     a.numerics = lc::kernel_numerics(cfg);
+    a.fix = cfg.fix;
     lc::flash_backward(a);
   } catch (const Error& e) {
     TORCH_CHECK(false, "lpdiag::attention (backward): ", e.what());

@@ -101,6 +101,7 @@ AttentionRun run_attention_cuda(const AttentionConfig& cfg, const AttentionInput
     b.dq_accum = static_cast<float*>(acc.get());
     b.delta = static_cast<float*>(delta.get());
     b.counters = f.counters;
+    b.fix = cfg.fix;
     b.instrument = level;
     b.key_block = bwd_key_block;
     flash_backward(b);

@@ -43,11 +43,7 @@ void seed_forward(const FlashForwardArgs& a) {
   p.residual = a.o_residual;
   p.counters = a.counters;
   p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
-  p.fix.kind = static_cast<int>(a.fix.kind);  // none 0, paper 1, safe 2, sr 3 (the enum's order)
-  p.fix.tol = static_cast<float>(a.fix.tol);
-  p.fix.beta = static_cast<float>(a.fix.beta);
-  p.fix.offset = static_cast<float>(a.fix.offset);
-  p.fix.seed = a.fix.seed;
+  p.fix = seed::fix_params(a.fix);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? by_level<64, true>(p, B, a.instrument, s) : by_level<64, false>(p, B, a.instrument, s);

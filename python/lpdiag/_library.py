@@ -21,13 +21,14 @@ def _candidates():
         yield path
 
 
-def load():
-    """Loads the op library once; returns its path. Raises RuntimeError saying where it looked."""
+def load(path=None):
+    """Loads the op library once (from `path` when given); returns its path. Raises RuntimeError
+    saying where it looked."""
     global _loaded
     if _loaded:
         return _loaded
     tried = []
-    for path in _candidates():
+    for path in [path] if path else _candidates():
         tried.append(path)
         if os.path.exists(path):
             torch.ops.load_library(path)

@@ -4,7 +4,7 @@
     y = lpdiag.attention(q, k, v, causal=True, policy="seed:tile=512", fix="paper", level="full")
 
 q, k, v: (B, H, N, d) tensors of one dtype and device. CUDA: bfloat16, d 64 or 128, policies
-fa2 and seed (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
+fa2, seed and fp32 (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
 `layer`: the attention layer the counters belong to; None takes the layer the active
 lpdiag.Monitor is running (it numbers the attention modules it found), and without one the
 call's counters go nowhere (said once)."""

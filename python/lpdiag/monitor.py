@@ -49,10 +49,12 @@ class Monitor:
     """See the module's doc. Options: n_head (when the modules do not say), cadence (a dict of
     signal -> every N steps: weights, updates, attention, activations), flush_every, compression
     (0-9), stop_on_nan, policy/fix (what the model's lpdiag attention runs, recorded per layer;
-    "external:<backend>" when the model runs PyTorch's attention), run_config (a dict), roles."""
+    "external:<backend>" when the model runs PyTorch's attention), run_config (a dict), roles,
+    activations (a dict name -> module whose output's max |x| and rms are recorded, e.g. each
+    transformer block)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
-                 stop_on_nan=False, policy="fa2", fix="none", run_config=None):
+                 stop_on_nan=False, policy="fa2", fix="none", run_config=None, activations=None):
         load()
         if roles is not None:
             mods = dict(model.named_modules())
@@ -97,7 +99,25 @@ class Monitor:
                 continue
             self._hooks.append(m.register_forward_pre_hook(self._enter_hook(i)))
             self._hooks.append(m.register_forward_hook(self._leave_hook()))
+        for i, (name, module) in enumerate((activations or {}).items()):
+            self._mon.add_activation(str(name), self._layer_of(module, layers, i))
+            self._hooks.append(module.register_forward_hook(self._activation_hook(str(name))))
         self._tokens = []
+
+    @staticmethod
+    def _layer_of(module, layers, default):
+        """The attention layer a watched module belongs to: the one it is or contains, else its position."""
+        for i, (_, m, _) in enumerate(layers):
+            if m is not None and (m is module or any(x is m for x in module.modules())):
+                return i
+        return min(default, len(layers) - 1)
+
+    def _activation_hook(self, name):
+        def hook(module, inputs, output):
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            if isinstance(out, torch.Tensor):
+                self._mon.observe_activation(name, out)
+        return hook
 
     def _enter_hook(self, i):
         def hook(module, inputs):

@@ -23,6 +23,8 @@ with h5py.File(path, "r") as f:
             assert 0 < rms[s] <= mx[s] * (1 + 1e-6), f"h.{l}.out record {s}: rms {rms[s]} > max {mx[s]}"
         rows = f[f"attention/layer.{l}.attn/rows"][:n]
         assert (rows > 0).all(), f"layer {l}: attention rows missing"
-        sn = f[f"weights/h.{l}.attn.q/spectral_norm"][:n]
+        wq = [k for k, g in f["weights"].items() if g.attrs.get("role") == "attn_q" and g.attrs.get("layer_index") == l]
+        assert len(wq) == 1, f"layer {l}: {len(wq)} W_Q matrices recorded"
+        sn = f[f"weights/{wq[0]}/spectral_norm"][:n]
         assert all(math.isfinite(x) and x > 0 for x in sn), f"layer {l}: W_Q spectral norm missing"
 print(f"{path}: {n} records, activations, counters and weight norms of {layers} layers present")

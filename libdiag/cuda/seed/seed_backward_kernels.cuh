@@ -9,6 +9,7 @@
 // P and dS are recomputed in both kernels from the same inputs, identically.
 #pragma once
 #include "../flash/error_sums.cuh"
+#include "row_common.cuh"
 #include "seed_params.cuh"
 
 namespace lpdiag::cuda::seed {
@@ -31,16 +32,7 @@ __global__ void __launch_bounds__(kChunk) seed_delta_kernel(BwdParams p) {
     p.delta[row] = bf(acc);
     if (Level == 2) err.add(double(bf(acc)) - hp);
   }
-  if (Level != 2) return;
-  err.warp_sum();
-  if ((threadIdx.x & 31) == 0) {
-    DeviceHeadCounters* hc = p.counters + h;
-    atomicAdd(&hc->delta_err_sum, err.sum);
-    atomicAdd(&hc->delta_err_sumsq, err.sumsq);
-    atomicAdd(&hc->delta_err_count, (unsigned long long)err.n);
-    atomicAdd(&hc->delta_err_pos, (unsigned long long)err.pos);
-    atomicAdd(&hc->delta_err_neg, (unsigned long long)err.neg);
-  }
+  if (Level == 2) commit_delta_errors(p.counters + h, err);
 }
 
 template <int D>

@@ -8,6 +8,7 @@
 #include "../flash/error_sums.cuh"
 #include "../flash/params.cuh"
 #include "lpdiag/numerics/stochastic_bf16.hpp"
+#include "row_common.cuh"
 #include "seed_params.cuh"
 
 namespace lpdiag::cuda::seed {
@@ -104,42 +105,7 @@ __global__ void __launch_bounds__(kChunk) seed_fwd_kernel(FwdParams p) {
   }
   // fp64, the plain running max over the row's real keys: the reference of the O error.
   double hp[D];
-  if (Level == 2) {
-    for (int c = 0; c < D; ++c) hp[c] = 0.0;
-    double hm = -__longlong_as_double(0x7ff0000000000000LL), hl = 0.0;
-    // K and V of a chunk are staged one after the other, the chunk's scores kept in between.
-    const int n_all = Causal ? min(N, (int)(blockIdx.x + 1) * kChunk) : N;  // the block's last row's keys
-    for (int c0 = 0; c0 < n_all; c0 += kChunk) {
-      double sc[kChunk];
-      __syncthreads();
-      stage_rows<D>(kv, p.k, b, h, c0, N);
-      __syncthreads();
-      double tmax = -__longlong_as_double(0x7ff0000000000000LL);
-      for (int jj = 0; jj < kChunk; ++jj) {
-        sc[jj] = tmax;
-        if (c0 + jj >= nk) continue;
-        double a = 0.0;
-        for (int c = 0; c < D; ++c) a += double(q[c]) * double(kv[jj * D + c]);
-        sc[jj] = a * p.scale_hp;
-        tmax = fmax(tmax, sc[jj]);
-      }
-      __syncthreads();
-      stage_rows<D>(kv, p.v, b, h, c0, N);
-      __syncthreads();
-      if (c0 >= nk) continue;
-      const double mn = fmax(hm, tmax);
-      const double cr = hm == -__longlong_as_double(0x7ff0000000000000LL) ? 0.0 : exp(hm - mn);
-      hl *= cr;
-      for (int c = 0; c < D; ++c) hp[c] *= cr;
-      for (int jj = 0; jj < kChunk && c0 + jj < nk; ++jj) {
-        const double e = exp(sc[jj] - mn);
-        hl += e;
-        for (int c = 0; c < D; ++c) hp[c] += e * double(kv[jj * D + c]);
-      }
-      hm = mn;
-    }
-    for (int c = 0; c < D; ++c) hp[c] /= hl;
-  }
+  if (Level == 2) hp_row<D, Causal>(kv, p.k, p.v, b, h, i, N, q, p.scale_hp, hp);
   flash::ErrorSums err;
   if (live) {
     const std::int64_t row = (std::int64_t(bh) * N + i);
@@ -160,32 +126,7 @@ __global__ void __launch_bounds__(kChunk) seed_fwd_kernel(FwdParams p) {
     p.lse[row] = bf(__fadd_rn(m, log_bf(p.tables, l)));
   }
   if (Level == 0) return;
-  // Counters: per warp, then one lane's atomics into the head's.
-  const unsigned int rows = live, rep = live && row_count >= 2, zero = rep && row_max == 0.f, eng = live && engaged;
-  const unsigned int full_mask = 0xffffffffu;
-  const unsigned int w_rows = __reduce_add_sync(full_mask, rows), w_rep = __reduce_add_sync(full_mask, rep),
-                     w_zero = __reduce_add_sync(full_mask, zero), w_eng = __reduce_add_sync(full_mask, eng),
-                     w_tile = __reduce_add_sync(full_mask, live ? tile_rep : 0u),
-                     w_one = __reduce_add_sync(full_mask, live ? pbar_one : 0u),
-                     w_key = __reduce_max_sync(full_mask, live ? flash::float_key(logit_max) : 0u);
-  if (Level == 2) err.warp_sum();
-  if ((threadIdx.x & 31) == 0) {
-    DeviceHeadCounters* hc = p.counters + h;
-    atomicAdd(&hc->rows, (unsigned long long)w_rows);
-    atomicAdd(&hc->repeated_max_rows, (unsigned long long)w_rep);
-    atomicAdd(&hc->zero_max_repeated_rows, (unsigned long long)w_zero);
-    atomicAdd(&hc->fix_engaged_rows, (unsigned long long)w_eng);
-    atomicAdd(&hc->tile_repeated_max_rows, (unsigned long long)w_tile);
-    atomicAdd(&hc->pbar_one_entries, (unsigned long long)w_one);
-    if (w_key) atomicMax(&hc->logit_max_key, w_key);
-    if (Level == 2) {
-      atomicAdd(&hc->o_err_sum, err.sum);
-      atomicAdd(&hc->o_err_sumsq, err.sumsq);
-      atomicAdd(&hc->o_err_count, (unsigned long long)err.n);
-      atomicAdd(&hc->o_err_pos, (unsigned long long)err.pos);
-      atomicAdd(&hc->o_err_neg, (unsigned long long)err.neg);
-    }
-  }
+  commit_row_counters<Level>(p.counters + h, live, row_count, row_max, engaged, tile_rep, pbar_one, logit_max, err);
 }
 
 }  // namespace lpdiag::cuda::seed

@@ -1,5 +1,5 @@
 // What the seed forward's and backward's launchers share: the checks, the q/k/v views, the
-// shape, the key tile, the scale and the exp/log tables of the current device.
+// shape, the key tile, the scale, the exp/log tables of the current device, the fix's parameters.
 #pragma once
 #include "../flash/launch_common.hpp"
 #include "seed_params.cuh"
@@ -19,6 +19,11 @@ void set_common(Params& p, const Args& a) {
   p.key_tile = a.numerics.key_tile;
   p.scale = flash::scale_of(a.shape);
   p.tables = tables_for_current_device();
+}
+
+// The fix as the kernels take it (none 0, paper 1, safe 2, sr 3: the enum's order).
+inline FixParams fix_params(const FixConfig& f) {
+  return {static_cast<int>(f.kind), static_cast<float>(f.tol), static_cast<float>(f.beta), static_cast<float>(f.offset), f.seed};
 }
 
 }  // namespace lpdiag::cuda::seed

@@ -1,4 +1,5 @@
-// The seed kernels' view of one launch (filled by seed_forward.cu / seed_backward.cu).
+// The one-thread-per-row kernels' view of one launch (seed and fp32 policies; filled by
+// seed_forward.cu, seed_backward.cu, fp32_attention.cu).
 #pragma once
 #include <string>
 
@@ -36,6 +37,7 @@ struct BwdParams {
   Tables tables;
   int H, N, key_tile, query_tile;
   float scale;
+  FixParams fix;  // fp32: the forward's, with which the delta kernel recomputes O
 };
 
 // A public BF16View as the kernels read it (any strides; d contiguous).

@@ -11,6 +11,7 @@
 
 #include "lpdiag/attention/attention_config.hpp"
 #include "lpdiag/numerics/convert.hpp"
+#include "lpdiag/numerics/exp_log_fp32.hpp"
 #include "lpdiag/numerics/mma_model.hpp"
 #include "lpdiag/numerics/mufu_exp2.hpp"
 #include "lpdiag/numerics/stochastic_bf16.hpp"
@@ -60,6 +61,7 @@ template <Mode M>
 inline Real<M> exp_diff(Real<M> a, Real<M> b) {
   if constexpr (M == Mode::seed) return bf(std::exp(bf(a - b)));
   else if constexpr (M == Mode::fa2) return exp_mufu(a - b);
+  else if constexpr (M == Mode::fp32) return exp_fp32(a - b);  // correctly rounded, as the CUDA fp32 kernels
   else return std::exp(a - b);
 }
 
@@ -238,6 +240,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
       for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = acc[c] / l;
     }
     if constexpr (M == Mode::seed) lse[i] = bf(m + bf(std::log(l)));
+    else if constexpr (M == Mode::fp32) lse[i] = m + log_fp32(l);
     else lse[i] = m + std::log(l);
     if (cnt) {
       cnt->rows += 1;

@@ -81,6 +81,7 @@ struct FlashBackwardArgs {
   float* dq_accum = nullptr;              // workspace: fp32 (B, H, N, d)
   float* delta = nullptr;                 // workspace: fp32 (B, H, N)
   DeviceHeadCounters* counters = nullptr; // full only: receives the delta errors
+  FixConfig fix;                          // fp32 only: the forward's (its delta recomputes O)
   Instrument instrument = Instrument::off;
   int key_block = 0;                      // keys per block: 64 or 128; 0 = the tuned default
   void* stream = nullptr;
@@ -89,9 +90,11 @@ struct FlashBackwardArgs {
 // Throw lpdiag::Error naming the bad argument (shape, head dim, stride, missing buffer, policy).
 void flash_forward(const FlashForwardArgs& a);
 void flash_backward(const FlashBackwardArgs& a);
-// The seed kernels, which flash_forward / flash_backward call for Policy::seed.
+// The seed and fp32 kernels, which flash_forward / flash_backward call for those policies.
 void seed_forward(const FlashForwardArgs& a);
 void seed_backward(const FlashBackwardArgs& a);
+void fp32_forward(const FlashForwardArgs& a);
+void fp32_backward(const FlashBackwardArgs& a);
 // Throws unless the kernels implement `n` (the policy, its tiles).
 void check_kernel_numerics(const KernelNumerics& n);
 
