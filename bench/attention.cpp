@@ -86,7 +86,7 @@ struct Ours {
   lpdiag::hooks::FlashBackwardTensors b;
   torch::Tensor counters;
   Ours(const Shape& sh, lc::Instrument l, const torch::Tensor& like)
-      : s(sh), level(l), f(lpdiag::hooks::allocate_forward(like, l)), b(lpdiag::hooks::allocate_backward(like)) {
+      : s(sh), level(l), f(lpdiag::hooks::allocate_forward(like, l)), b(lpdiag::hooks::allocate_backward(like, like, like)) {
     counters = torch::zeros({s.H * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters))}, like.options().dtype(torch::kUInt8));
   }
   lc::DeviceHeadCounters* cnt() { return reinterpret_cast<lc::DeviceHeadCounters*>(counters.data_ptr()); }
@@ -201,6 +201,23 @@ int check(const std::string& json_path) {
         const double eo[4] = {rel(ours.f.o, o64.detach()), rel(ours.b.dq, ref[0]), rel(ours.b.dk, ref[1]), rel(ours.b.dv, ref[2])};
         const double ef[4] = {rel(of, o64.detach()), rel(fl[0], ref[0]), rel(fl[1], ref[1]), rel(fl[2], ref[2])};
         const char* names[4] = {"O", "dQ", "dK", "dV"};
+        {
+          // The same inputs in (B, N, H, d) storage seen as (B, H, N, d), as nanoGPT makes them:
+          // read in place, O and the gradients written in that layout, every value identical.
+          auto bnhd = [](const torch::Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
+          const torch::Tensor qv = bnhd(q), kv = bnhd(k), vv = bnhd(v), gv = bnhd(g);
+          Ours strided(s, lc::Instrument::counters, qv);
+          strided.forward(qv, kv, vv);
+          strided.backward(qv, kv, vv, gv);
+          const torch::Tensor* a[4] = {&strided.f.o, &strided.b.dq, &strided.b.dk, &strided.b.dv};
+          const torch::Tensor* c[4] = {&ours.f.o, &ours.b.dq, &ours.b.dk, &ours.b.dv};
+          for (int x = 0; x < 4; ++x) {
+            const bool layout = a[x]->strides() == qv.strides(), same = torch::equal(*a[x], *c[x]);
+            bad += !(layout && same);
+            std::printf("%-34s %-11s %-2s (B,N,H,d) layout: %s, values %s\n", s.name().c_str(), input.c_str(), names[x],
+                        layout ? "kept" : "NOT kept (FAIL)", same ? "identical" : "DIFFER (FAIL)");
+          }
+        }
         for (int x = 0; x < 4; ++x) {
           // 1.5x the flash error, with a floor of half a bf16 ulp (2^-9 relative) for ties at tiny errors.
           const bool ok = std::isfinite(eo[x]) && eo[x] <= std::max(1.5 * ef[x], 0x1p-9);

@@ -87,7 +87,7 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   // Only "full" has backward work to report (the delta errors); other levels run the plain kernels.
   const lc::Instrument level =
       lc::parse_instrument(instrument.c_str()) == lc::Instrument::full ? lc::Instrument::full : lc::Instrument::off;
-  const FlashBackwardTensors out = allocate_backward(q);
+  const FlashBackwardTensors out = allocate_backward(q, k, v);
   torch::Tensor scratch;
   lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;
   try {

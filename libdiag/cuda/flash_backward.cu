@@ -64,7 +64,7 @@ void launch_all(const BwdParams& p, int B, bool causal, bool full, bool wgmma, i
   else launch_main<D, false>(p, B, key_block, s);
   const std::int64_t n = static_cast<std::int64_t>(B) * p.H * p.N * D;
   const std::int64_t want = (n + 255) / 256;
-  flash_bwd_dq_kernel<<<static_cast<int>(want < 8192 ? want : 8192), 256, 0, s>>>(p.dq_accum, p.dq, n, p.scale);
+  flash_bwd_dq_kernel<D><<<static_cast<int>(want < 8192 ? want : 8192), 256, 0, s>>>(p.dq_accum, p.dq, p.H, p.N, n, p.scale);
   LPDIAG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -81,9 +81,6 @@ void flash_backward(const FlashBackwardArgs& a) {
   p.o = view(a.o, "o");
   p.dout = view(a.dout, "dout");
   require(a.lse, "lse");
-  require(a.dq, "dq");
-  require(a.dk, "dk");
-  require(a.dv, "dv");
   require(a.dq_accum, "dq_accum");
   require(a.delta, "delta");
   if (a.key_block != 0 && a.key_block != 64 && a.key_block != 128)
@@ -92,9 +89,9 @@ void flash_backward(const FlashBackwardArgs& a) {
   if (full) require(a.o_residual, "o_residual (instrumentation is full)"), require(a.counters, "counters");
   p.lse = a.lse;
   p.residual = a.o_residual;
-  p.dq = static_cast<__nv_bfloat16*>(a.dq);
-  p.dk = static_cast<__nv_bfloat16*>(a.dk);
-  p.dv = static_cast<__nv_bfloat16*>(a.dv);
+  p.dq = out_view(a.dq, a.dq_strides, a.shape, "dq");
+  p.dk = out_view(a.dk, a.dk_strides, a.shape, "dk");
+  p.dv = out_view(a.dv, a.dv_strides, a.shape, "dv");
   p.dq_accum = a.dq_accum;
   p.delta = a.delta;
   p.counters = a.counters;

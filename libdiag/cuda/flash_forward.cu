@@ -70,11 +70,10 @@ void flash_forward(const FlashForwardArgs& a) {
   if (a.numerics.policy == Policy::fp32) return fp32_forward(a);
   FwdParams p{};
   set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);
-  require(a.o, "o");
+  p.o = out_view(a.o, a.o_strides, a.shape, "o");
   require(a.lse, "lse");
   if (a.instrument != Instrument::off) require(a.counters, "counters (instrumentation is on)");
   if (a.instrument == Instrument::full) require(a.o_residual, "o_residual (instrumentation is full)");
-  p.o = static_cast<__nv_bfloat16*>(a.o);
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;

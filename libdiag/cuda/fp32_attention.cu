@@ -41,11 +41,10 @@ void backward_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
 void fp32_forward(const FlashForwardArgs& a) {
   seed::FwdParams p{};
   seed::set_common(p, a);
-  flash::require(a.o, "o");
   flash::require(a.lse, "lse");
   if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
   if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
-  p.o = static_cast<__nv_bfloat16*>(a.o);
+  p.o = flash::out_view(a.o, a.o_strides, a.shape, "o");
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;
@@ -64,18 +63,15 @@ void fp32_backward(const FlashBackwardArgs& a) {
   p.o = seed::view_of(a.o, "o");
   p.dout = seed::view_of(a.dout, "dout");
   flash::require(a.lse, "lse");
-  flash::require(a.dq, "dq");
-  flash::require(a.dk, "dk");
-  flash::require(a.dv, "dv");
   flash::require(a.delta, "delta");
   const bool full = a.instrument == Instrument::full;
   if (full) flash::require(a.o_residual, "o_residual (instrumentation is full)"), flash::require(a.counters, "counters");
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.delta = a.delta;
-  p.dq = static_cast<__nv_bfloat16*>(a.dq);
-  p.dk = static_cast<__nv_bfloat16*>(a.dk);
-  p.dv = static_cast<__nv_bfloat16*>(a.dv);
+  p.dq = flash::out_view(a.dq, a.dq_strides, a.shape, "dq");
+  p.dk = flash::out_view(a.dk, a.dk_strides, a.shape, "dk");
+  p.dv = flash::out_view(a.dv, a.dv_strides, a.shape, "dv");
   p.counters = a.counters;
   p.fix = seed::fix_params(a.fix);
   auto* s = static_cast<cudaStream_t>(a.stream);

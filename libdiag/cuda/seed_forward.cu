@@ -34,11 +34,10 @@ void by_level(const seed::FwdParams& p, int B, Instrument level, cudaStream_t s)
 void seed_forward(const FlashForwardArgs& a) {
   seed::FwdParams p{};
   seed::set_common(p, a);
-  flash::require(a.o, "o");
   flash::require(a.lse, "lse");
   if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
   if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
-  p.o = static_cast<__nv_bfloat16*>(a.o);
+  p.o = flash::out_view(a.o, a.o_strides, a.shape, "o");
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;

@@ -295,12 +295,19 @@ TEST_CASE("flash_tensors packs torch tensors into the CUDA entries' arguments", 
   CHECK((f.q.ptr == q.data_ptr() && f.q.sb == 40 * 3 * 64 && f.q.sh == 64 && f.q.sn == 3 * 64));
   CHECK((f.k.sb == 3 * 40 * 64 && f.k.sh == 40 * 64 && f.k.sn == 64));
   CHECK((f.o == full.o.data_ptr() && f.lse == full.lse.data_ptr<float>() && f.o_residual == full.residual.data_ptr<float>()));
+  // O in q's layout ((B, N, H, d) storage), so the caller's transpose back is free.
+  CHECK(full.o.strides() == q.strides());
+  CHECK((f.o_strides.sb == 40 * 3 * 64 && f.o_strides.sh == 64 && f.o_strides.sn == 3 * 64));
   CHECK((f.counters == counters && f.fix.kind == lpdiag::FixConfig::Kind::safe && f.instrument == lc::Instrument::full));
   CHECK(forward_args(q, k, k, counted, false, fix, lc::Instrument::counters, counters, nullptr).o_residual == nullptr);
-  const FlashBackwardTensors g = allocate_backward(q);
+  const FlashBackwardTensors g = allocate_backward(q, k, k);
+  // Each gradient in its input's layout: dQ as the transposed q, dK and dV contiguous as k.
+  CHECK(g.dq.strides() == q.strides());
+  CHECK((g.dk.is_contiguous() && g.dv.is_contiguous()));
   CHECK((g.dq.scalar_type() == torch::kBFloat16 && g.dq_accum.scalar_type() == torch::kFloat32 && g.delta.dim() == 3));
   const lc::FlashBackwardArgs b = backward_args(q, k, k, k, full, g, false, lc::Instrument::off, nullptr, nullptr);
-  CHECK((b.o.ptr == full.o.data_ptr() && b.o.sn == 64 && b.dout.ptr == k.data_ptr()));
+  CHECK((b.o.ptr == full.o.data_ptr() && b.o.sn == 3 * 64 && b.dout.ptr == k.data_ptr()));
+  CHECK((b.dq_strides.sh == 64 && b.dq_strides.sn == 3 * 64 && b.dk_strides.sn == 64 && b.dv_strides.sh == 40 * 64));
   CHECK((b.lse == full.lse.data_ptr<float>() && b.o_residual == full.residual.data_ptr<float>()));
   CHECK((b.dq == g.dq.data_ptr() && b.dq_accum == g.dq_accum.data_ptr<float>() && b.delta == g.delta.data_ptr<float>()));
   CHECK((!b.shape.causal && b.instrument == lc::Instrument::off));

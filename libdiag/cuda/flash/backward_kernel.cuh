@@ -272,11 +272,15 @@ __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
   }
 }
 
-// dQ = bf16(alpha * dQ_accum), contiguous.
-__global__ void flash_bwd_dq_kernel(const float* acc, __nv_bfloat16* dq, std::int64_t n, float scale) {
+// dQ = bf16(alpha * dQ_accum): the accumulator contiguous (B, H, N, D), dQ as its view says.
+template <int D>
+__global__ void flash_bwd_dq_kernel(const float* acc, OutView dq, int H, int N, std::int64_t n, float scale) {
   for (std::int64_t x = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; x < n;
-       x += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    dq[x] = __float2bfloat16_rn(__fmul_rn(scale, acc[x]));
+       x += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = x / D, bh = row / N;
+    dq.row(static_cast<int>(bh / H), static_cast<int>(bh % H), static_cast<int>(row % N))[x % D] =
+        __float2bfloat16_rn(__fmul_rn(scale, acc[x]));
+  }
 }
 
 }  // namespace lpdiag::cuda::flash

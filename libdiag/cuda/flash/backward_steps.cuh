@@ -64,16 +64,17 @@ struct SoftmaxGrad {
 template <int D>
 __device__ __forceinline__ void store_key_grads(const BwdParams& p, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
                                                 const int (&key)[2], std::int64_t head_off, int lane, int N) {
+  const int bh = static_cast<int>(head_off / N), b = bh / p.H, h = bh % p.H;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = key[r];
     if (j >= N) continue;
+    __nv_bfloat16 *dk_row = p.dk.row(b, h, j), *dv_row = p.dv.row(b, h, j);
 #pragma unroll
     for (int t = 0; t < D / 8; ++t) {
       const int c = t * 8 + 2 * (lane % 4);
-      *reinterpret_cast<std::uint32_t*>(p.dk + (head_off + j) * D + c) =
-          pack_bf16(__fmul_rn(p.scale, dk[t][2 * r]), __fmul_rn(p.scale, dk[t][2 * r + 1]));
-      *reinterpret_cast<std::uint32_t*>(p.dv + (head_off + j) * D + c) = pack_bf16(dv[t][2 * r], dv[t][2 * r + 1]);
+      *reinterpret_cast<std::uint32_t*>(dk_row + c) = pack_bf16(__fmul_rn(p.scale, dk[t][2 * r]), __fmul_rn(p.scale, dk[t][2 * r + 1]));
+      *reinterpret_cast<std::uint32_t*>(dv_row + c) = pack_bf16(dv[t][2 * r], dv[t][2 * r + 1]);
     }
   }
 }

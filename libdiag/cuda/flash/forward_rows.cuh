@@ -154,7 +154,8 @@ struct FwdRows {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (row[r] >= N) continue;
-        __nv_bfloat16* orow = p.o + (head_off + row[r]) * D;
+        const int bh = static_cast<int>(head_off / N);
+        __nv_bfloat16* orow = p.o.row(bh / p.H, bh % p.H, row[r]);
 #pragma unroll
         for (int t2 = 0; t2 < OT; ++t2) {
           const int c = t2 * 8 + 2 * (lane % 4);

@@ -31,6 +31,18 @@ inline Strided view(const BF16View& v, const char* name) {
   return {static_cast<const __nv_bfloat16*>(v.ptr), v.sb, v.sh, v.sn};
 }
 
+// An output's view: its strides, or contiguous where they are all zero; aligned as the inputs.
+inline OutView out_view(void* ptr, const OutStrides& st, const FlashShape& s, const char* name) {
+  if (!ptr) throw Error(std::string("flash attention: ") + name + " is null");
+  const bool contiguous = st.sb == 0 && st.sh == 0 && st.sn == 0;
+  OutView v{static_cast<__nv_bfloat16*>(ptr), contiguous ? s.H * s.N * s.d : st.sb, contiguous ? s.N * s.d : st.sh,
+            contiguous ? s.d : st.sn};
+  if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0 || v.sb % 8 || v.sh % 8 || v.sn % 8)
+    throw Error(std::string("flash attention: ") + name +
+                " must be 16-byte aligned with strides that are multiples of 8 elements");
+  return v;
+}
+
 inline float scale_of(const FlashShape& s) {
   return s.scale != 0.f ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.d)));
 }

@@ -17,6 +17,13 @@ struct Strided {
   __device__ const __nv_bfloat16* head(int b, int h) const { return ptr + b * sb + h * sh; }
 };
 
+// An output: d contiguous, element strides for b, h, n.
+struct OutView {
+  __nv_bfloat16* ptr;
+  std::int64_t sb, sh, sn;
+  __device__ __nv_bfloat16* row(int b, int h, int n) const { return ptr + b * sb + h * sh + n * sn; }
+};
+
 struct FixParams {
   int kind;  // 0 none, 1 paper, 2 safe, 3 sr
   float tol, beta, offset;
@@ -25,7 +32,7 @@ struct FixParams {
 
 struct FwdParams {
   Strided q, k, v;
-  __nv_bfloat16* o;
+  OutView o;
   float* lse;
   float* residual;
   DeviceHeadCounters* counters;
@@ -38,7 +45,7 @@ struct BwdParams {
   Strided q, k, v, o, dout;
   const float* lse;
   const float* residual;
-  __nv_bfloat16 *dq, *dk, *dv;
+  OutView dq, dk, dv;
   float* dq_accum;
   float* delta;
   DeviceHeadCounters* counters;

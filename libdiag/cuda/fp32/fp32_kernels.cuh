@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kChunk) fp32_fwd_kernel(FwdParams p) {
     const std::int64_t row = std::int64_t(bh) * p.N + i;
     for (int c = 0; c < D; ++c) {
       const float out = out_value(acc[c], st.l, p.fix, row * D + c);
-      p.o[row * D + c] = __float2bfloat16_rn(out);
+      p.o.row(b, h, i)[c] = __float2bfloat16_rn(out);
       if (Level == 2) {
         const double e = double(out) - hp[c];
         err.add(e);
@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(kChunk) fp32_dkdv_kernel(BwdParams p) {
   }
   if (!live) return;
   for (int c = 0; c < D; ++c) {
-    p.dk[(base + j) * D + c] = __float2bfloat16_rn(__fmul_rn(p.scale, dk[c]));
-    p.dv[(base + j) * D + c] = __float2bfloat16_rn(dv[c]);
+    p.dk.row(b, h, j)[c] = __float2bfloat16_rn(__fmul_rn(p.scale, dk[c]));
+    p.dv.row(b, h, j)[c] = __float2bfloat16_rn(dv[c]);
   }
 }
 
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kChunk) fp32_dq_kernel(BwdParams p) {
     }
   }
   if (!live) return;
-  for (int c = 0; c < D; ++c) p.dq[(base + i) * D + c] = __float2bfloat16_rn(__fmul_rn(p.scale, dq[c]));
+  for (int c = 0; c < D; ++c) p.dq.row(b, h, i)[c] = __float2bfloat16_rn(__fmul_rn(p.scale, dq[c]));
 }
 
 }  // namespace lpdiag::cuda::fp32

@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kChunk) seed_dkdv_kernel(BwdParams p) {
   }
   if (!live) return;
   for (int c = 0; c < D; ++c) {
-    p.dk[(base + j) * D + c] = __float2bfloat16_rn(dk[c]);
-    p.dv[(base + j) * D + c] = __float2bfloat16_rn(dv[c]);
+    p.dk.row(b, h, j)[c] = __float2bfloat16_rn(dk[c]);
+    p.dv.row(b, h, j)[c] = __float2bfloat16_rn(dv[c]);
   }
 }
 
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kChunk) seed_dq_kernel(BwdParams p) {
       for (int c = 0; c < D; ++c) dq[c] = bf(__fadd_rn(dq[c], bf(part[c])));
   }
   if (!live) return;
-  for (int c = 0; c < D; ++c) p.dq[(base + i) * D + c] = __float2bfloat16_rn(dq[c]);
+  for (int c = 0; c < D; ++c) p.dq.row(b, h, i)[c] = __float2bfloat16_rn(dq[c]);
 }
 
 }  // namespace lpdiag::cuda::seed

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kChunk) seed_fwd_kernel(FwdParams p) {
   flash::ErrorSums err;
   if (live) {
     const std::int64_t row = (std::int64_t(bh) * N + i);
-    __nv_bfloat16* o = p.o + row * D;
+    __nv_bfloat16* o = p.o.row(b, h, i);
     const bool sr = p.fix.kind == 3;
     for (int c = 0; c < D; ++c) {
       const float x = __fdiv_rn(acc[c], l);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "lpdiag/error.hpp"
+#include "../flash/params.cuh"
 #include "seed_math.cuh"
 
 namespace lpdiag::cuda::seed {
@@ -16,7 +17,7 @@ struct FixParams {
 
 struct FwdParams {
   View q, k, v;
-  __nv_bfloat16* o;  // contiguous (B, H, N, d)
+  flash::OutView o;
   float* lse;        // (B, H, N)
   float* residual;   // full: O_lp - O_hp, fp32 (B, H, N, d)
   DeviceHeadCounters* counters;
@@ -32,7 +33,7 @@ struct BwdParams {
   const float* lse;
   const float* residual;  // full only
   float* delta;           // (B, H, N)
-  __nv_bfloat16 *dq, *dk, *dv;  // contiguous (B, H, N, d)
+  flash::OutView dq, dk, dv;
   DeviceHeadCounters* counters;  // full only: the delta errors
   Tables tables;
   int H, N, key_tile, query_tile;

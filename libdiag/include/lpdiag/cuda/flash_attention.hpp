@@ -38,6 +38,13 @@ struct BF16View {
   const void* ptr = nullptr;
   std::int64_t sb = 0, sh = 0, sn = 0;
 };
+// Where a bf16 (B, H, N, d) output goes: element strides for b, h and n, d contiguous; all zero
+// means contiguous. Lets the op return O and the gradients in its inputs' layout (a (B, N, H, d)
+// tensor seen as (B, H, N, d), as nanoGPT and Hugging Face make q, k, v), so that autograd and
+// the caller's transpose back need no copy.
+struct OutStrides {
+  std::int64_t sb = 0, sh = 0, sn = 0;
+};
 
 struct FlashShape {
   std::int64_t B = 0, H = 0, N = 0, d = 0;
@@ -60,7 +67,8 @@ struct FlashForwardArgs {
   FlashShape shape;
   KernelNumerics numerics;
   BF16View q, k, v;
-  void* o = nullptr;                      // bf16 (B, H, N, d), contiguous
+  void* o = nullptr;                      // bf16 (B, H, N, d) with o_strides
+  OutStrides o_strides;
   float* lse = nullptr;                   // (B, H, N)
   float* o_residual = nullptr;            // full only: O_lp - O_hp, fp32 (B, H, N, d)
   DeviceHeadCounters* counters = nullptr; // H entries, added to; required unless instrument is off
@@ -75,9 +83,10 @@ struct FlashBackwardArgs {
   BF16View q, k, v, o, dout;
   const float* lse = nullptr;             // from the forward
   const float* o_residual = nullptr;      // full only: the forward's residual
-  void* dq = nullptr;                     // bf16 (B, H, N, d), contiguous; likewise dk, dv
+  void* dq = nullptr;                     // bf16 (B, H, N, d) with dq_strides; likewise dk, dv
   void* dk = nullptr;
   void* dv = nullptr;
+  OutStrides dq_strides, dk_strides, dv_strides;
   float* dq_accum = nullptr;              // workspace: fp32 (B, H, N, d)
   float* delta = nullptr;                 // workspace: fp32 (B, H, N)
   DeviceHeadCounters* counters = nullptr; // full only: receives the delta errors
