@@ -203,7 +203,10 @@ int check(const std::string& json_path) {
         const char* names[4] = {"O", "dQ", "dK", "dV"};
         {
           // The same inputs in (B, N, H, d) storage seen as (B, H, N, d), as nanoGPT makes them:
-          // read in place, O and the gradients written in that layout, every value identical.
+          // read in place, O and the gradients written in that layout, O, dK and dV identical to
+          // the contiguous run's. dQ is summed with fp32 atomics in an order that varies from run
+          // to run (several key blocks add to one row), so it is held to 1e-3 relative L2 (a
+          // quarter of a bf16 ulp's 2^-8), not to identity.
           auto bnhd = [](const torch::Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
           const torch::Tensor qv = bnhd(q), kv = bnhd(k), vv = bnhd(v), gv = bnhd(g);
           Ours strided(s, lc::Instrument::counters, qv);
@@ -212,10 +215,12 @@ int check(const std::string& json_path) {
           const torch::Tensor* a[4] = {&strided.f.o, &strided.b.dq, &strided.b.dk, &strided.b.dv};
           const torch::Tensor* c[4] = {&ours.f.o, &ours.b.dq, &ours.b.dk, &ours.b.dv};
           for (int x = 0; x < 4; ++x) {
-            const bool layout = a[x]->strides() == qv.strides(), same = torch::equal(*a[x], *c[x]);
+            const bool layout = a[x]->strides() == qv.strides();
+            const bool same = x == 1 ? rel(*a[x], c[x]->to(torch::kFloat64)) <= 1e-3 : torch::equal(*a[x], *c[x]);
             bad += !(layout && same);
             std::printf("%-34s %-11s %-2s (B,N,H,d) layout: %s, values %s\n", s.name().c_str(), input.c_str(), names[x],
-                        layout ? "kept" : "NOT kept (FAIL)", same ? "identical" : "DIFFER (FAIL)");
+                        layout ? "kept" : "NOT kept (FAIL)",
+                        same ? (x == 1 ? "within 1e-3 relative L2" : "identical") : "DIFFER (FAIL)");
           }
         }
         for (int x = 0; x < 4; ++x) {
