@@ -64,7 +64,7 @@ FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torc
   const c10::cuda::CUDAGuard guard(q_in.device());
   const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
   const lc::Instrument level = lc::parse_instrument(instrument.c_str());
-  FlashForwardTensors out = allocate_forward(q, level);
+  FlashForwardTensors out = allocate_forward(q_in, level);  // O in the caller's layout, whatever kernel_layout copied
   torch::Tensor scratch;
   lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : counters_for(layer, q.size(1), q, scratch);
   try {
@@ -87,7 +87,7 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   // Only "full" has backward work to report (the delta errors); other levels run the plain kernels.
   const lc::Instrument level =
       lc::parse_instrument(instrument.c_str()) == lc::Instrument::full ? lc::Instrument::full : lc::Instrument::off;
-  const FlashBackwardTensors out = allocate_backward(q, k, v);
+  const FlashBackwardTensors out = allocate_backward(q_in, k_in, v_in);
   torch::Tensor scratch;
   lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;
   try {

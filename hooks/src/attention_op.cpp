@@ -80,90 +80,134 @@ void write_capture_file(const CaptureRequest& req, int64_t layer, const Attentio
   CaptureBoard::instance().done(req.path);
 }
 
+torch::Tensor no_tensor(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kFloat32)); }
+
+void check_instrument(const std::string& instrument) {
+  TORCH_CHECK(instrument == "off" || instrument == "counters" || instrument == "full",
+              "lpdiag::attention: instrument must be off, counters or full, got '", instrument, "'");
+}
+
+}  // namespace
+
+// The forward kernel (CPU and CUDA keys): O, L (CUDA; size 0 on the CPU, whose backward
+// recomputes) and, at "full" on CUDA, O_lp - O_hp (else size 0). O on CUDA is in q's layout.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torch::Tensor& q, const torch::Tensor& k,
+                                                                      const torch::Tensor& v, bool causal, c10::string_view policy_sv,
+                                                                      c10::string_view fix_sv, c10::string_view instrument_sv,
+                                                                      int64_t layer_index) {
+  const std::string policy(policy_sv), fix(fix_sv), instrument(instrument_sv);
+  check_tensor(q, "q", q);
+  check_tensor(k, "k", q);
+  check_tensor(v, "v", q);
+  check_instrument(instrument);
+  const AttentionConfig cfg = make_config(causal, policy, fix);
+#ifdef LPDIAG_HOOKS_CUDA
+  if (q.is_cuda()) {
+    FlashForwardTensors f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
+    return {f.o, f.lse, f.residual.defined() ? f.residual : no_tensor(q)};
+  }
+#endif
+  const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
+  AttentionOptions opt;
+  opt.backward = false;
+  opt.instrument = instrument == "full";
+  opt.threads = at::get_num_threads();
+  const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, nullptr, q), opt);
+  if (instrument != "off" && layer_index >= 0) {
+    std::vector<HeadCounters> heads = run.heads;
+    for (auto& h : heads) {
+      // Errors are the backward's (delta) or "full" mode's (O) to report; zero means "none here".
+      if (!opt.instrument) h.o_err_count = h.o_err_pos = h.o_err_neg = 0, h.o_err_sum = h.o_err_sumsq = 0;
+      h.delta_err_count = h.delta_err_pos = h.delta_err_neg = 0, h.delta_err_sum = h.delta_err_sumsq = 0;
+    }
+    CounterSink::instance().add(layer_index, heads);
+  }
+  return {from_floats(run.o, q), no_tensor(q), no_tensor(q)};
+}
+
+// The backward kernel (CPU and CUDA keys): dQ, dK, dV in q's, k's, v's dtype (CUDA: layout).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                      const torch::Tensor& k, const torch::Tensor& v,
+                                                                      const torch::Tensor& o, const torch::Tensor& lse,
+                                                                      const torch::Tensor& residual, bool causal,
+                                                                      c10::string_view policy_sv, c10::string_view fix_sv,
+                                                                      c10::string_view instrument_sv, int64_t layer) {
+  const std::string policy(policy_sv), fix(fix_sv), instrument(instrument_sv);
+  const AttentionConfig cfg = make_config(causal, policy, fix);
+  torch::Tensor g = dout.to(q.scalar_type());  // dO arrives in the output's dtype
+#ifdef LPDIAG_HOOKS_CUDA
+  if (q.is_cuda()) {
+    const torch::Tensor res = residual.numel() ? residual : torch::Tensor();
+    auto d = cuda_attention_backward(q, k, v, {o, lse, res}, g, cfg, instrument, layer);
+    CaptureRequest req;
+    if (layer >= 0 && CaptureBoard::instance().take(layer, req))
+      write_capture_file(req, layer, cfg, policy, q, to_floats(q), to_floats(k), to_floats(v), to_floats(g), to_floats(o),
+                         to_floats(lse));
+    return {d[0], d[1], d[2]};
+  }
+#endif
+  const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v), gf = to_floats(g);
+  AttentionOptions opt;
+  opt.backward = true;
+  opt.instrument = instrument == "full";
+  opt.threads = at::get_num_threads();
+  const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, &gf, q), opt);
+  if (instrument == "full" && layer >= 0) {
+    // The forward already reported the forward counters; add only what needs dO.
+    std::vector<HeadCounters> d(run.heads.size());
+    for (std::size_t h = 0; h < d.size(); ++h) {
+      d[h].logit_max = -INFINITY;
+      d[h].delta_err_count = run.heads[h].delta_err_count;
+      d[h].delta_err_pos = run.heads[h].delta_err_pos;
+      d[h].delta_err_neg = run.heads[h].delta_err_neg;
+      d[h].delta_err_sum = run.heads[h].delta_err_sum;
+      d[h].delta_err_sumsq = run.heads[h].delta_err_sumsq;
+    }
+    CounterSink::instance().add(layer, d);
+  }
+  CaptureRequest req;
+  if (layer >= 0 && CaptureBoard::instance().take(layer, req))
+    write_capture_file(req, layer, cfg, policy, q, qf, kf, vf, gf, run.o, run.lse);
+  return {from_floats(run.dq, q), from_floats(run.dk, k), from_floats(run.dv, v)};
+}
+
+namespace {
+
+using FwdSig = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&, const torch::Tensor&,
+                                                                      const torch::Tensor&, bool, c10::string_view, c10::string_view,
+                                                                      c10::string_view, int64_t);
+using BwdSig = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
+    const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+    const torch::Tensor&, const torch::Tensor&, bool, c10::string_view, c10::string_view, c10::string_view, int64_t);
+
+// lpdiag::attention's autograd: the forward and backward kernels through the dispatcher (below
+// autograd), so that fake-tensor tracing (torch.compile) reaches their fake implementations
+// (python/lpdiag/compile_support.py) instead of this code touching data.
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, bool causal, const std::string& policy, const std::string& fix,
                                const std::string& instrument, int64_t layer_index) {
-    check_tensor(q, "q", q);
-    check_tensor(k, "k", q);
-    check_tensor(v, "v", q);
-    TORCH_CHECK(instrument == "off" || instrument == "counters" || instrument == "full",
-                "lpdiag::attention: instrument must be off, counters or full, got '", instrument, "'");
-    const AttentionConfig cfg = make_config(causal, policy, fix);
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_fwd", "").typed<FwdSig>();
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["policy"] = policy;
     ctx->saved_data["fix"] = fix;
     ctx->saved_data["instrument"] = instrument;
     ctx->saved_data["layer"] = layer_index;
-#ifdef LPDIAG_HOOKS_CUDA
-    if (q.is_cuda()) {
-      FlashForwardTensors f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
-      ctx->save_for_backward({q, k, v, f.o, f.lse, f.residual});
-      return f.o;
-    }
-#endif
-    const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
-    AttentionOptions opt;
-    opt.backward = false;
-    opt.instrument = instrument == "full";
-    opt.threads = at::get_num_threads();
-    const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, nullptr, q), opt);
-    if (instrument != "off" && layer_index >= 0) {
-      std::vector<HeadCounters> heads = run.heads;
-      for (auto& h : heads) {
-        // Errors are the backward's (delta) or "full" mode's (O) to report; zero means "none here".
-        if (!opt.instrument) h.o_err_count = h.o_err_pos = h.o_err_neg = 0, h.o_err_sum = h.o_err_sumsq = 0;
-        h.delta_err_count = h.delta_err_pos = h.delta_err_neg = 0, h.delta_err_sum = h.delta_err_sumsq = 0;
-      }
-      CounterSink::instance().add(layer_index, heads);
-    }
-    ctx->save_for_backward({q, k, v});
-    return from_floats(run.o, q);
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [o, lse, residual] = op.call(q, k, v, causal, policy, fix, instrument, layer_index);
+    ctx->save_for_backward({q, k, v, o, lse, residual});
+    return o;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_bwd", "").typed<BwdSig>();
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
-    const std::string instrument = ctx->saved_data["instrument"].toStringRef();
-    const int64_t layer = ctx->saved_data["layer"].toInt();
-    const AttentionConfig cfg = make_config(ctx->saved_data["causal"].toBool(), ctx->saved_data["policy"].toStringRef(),
-                                            ctx->saved_data["fix"].toStringRef());
-    torch::Tensor g = grads[0].to(q.scalar_type());  // dO arrives in the output's dtype
-#ifdef LPDIAG_HOOKS_CUDA
-    if (q.is_cuda()) {
-      auto d = cuda_attention_backward(q, k, v, {saved[3], saved[4], saved[5]}, g, cfg, instrument, layer);
-      CaptureRequest req;
-      if (layer >= 0 && CaptureBoard::instance().take(layer, req))
-        write_capture_file(req, layer, cfg, ctx->saved_data["policy"].toStringRef(), q, to_floats(q), to_floats(k),
-                           to_floats(v), to_floats(g), to_floats(saved[3]), to_floats(saved[4]));
-      return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    }
-#endif
-    const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v), gf = to_floats(g);
-    AttentionOptions opt;
-    opt.backward = true;
-    opt.instrument = instrument == "full";
-    opt.threads = at::get_num_threads();
-    const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, &gf, q), opt);
-    if (instrument == "full" && layer >= 0) {
-      // The forward already reported the forward counters; add only what needs dO.
-      std::vector<HeadCounters> d(run.heads.size());
-      for (std::size_t h = 0; h < d.size(); ++h) {
-        d[h].logit_max = -INFINITY;
-        d[h].delta_err_count = run.heads[h].delta_err_count;
-        d[h].delta_err_pos = run.heads[h].delta_err_pos;
-        d[h].delta_err_neg = run.heads[h].delta_err_neg;
-        d[h].delta_err_sum = run.heads[h].delta_err_sum;
-        d[h].delta_err_sumsq = run.heads[h].delta_err_sumsq;
-      }
-      CounterSink::instance().add(layer, d);
-    }
-    CaptureRequest req;
-    if (layer >= 0 && CaptureBoard::instance().take(layer, req))
-      write_capture_file(req, layer, cfg, ctx->saved_data["policy"].toStringRef(), q, qf, kf, vf, gf, run.o, run.lse);
-    return {from_floats(run.dq, q), from_floats(run.dk, k), from_floats(run.dv, v), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const std::string policy = ctx->saved_data["policy"].toStringRef(), fix = ctx->saved_data["fix"].toStringRef(),
+                      instrument = ctx->saved_data["instrument"].toStringRef();
+    auto [dq, dk, dv] = op.call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
+                                ctx->saved_data["causal"].toBool(), policy, fix, instrument, ctx->saved_data["layer"].toInt());
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -173,6 +217,11 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
                         const std::string& policy, const std::string& fix, const std::string& instrument,
                         int64_t layer_index) {
   return AttentionFunction::apply(q, k, v, causal, policy, fix, instrument, layer_index);
+}
+
+torch::Tensor attention_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                 c10::string_view policy, c10::string_view fix, c10::string_view instrument, int64_t layer_index) {
+  return AttentionFunction::apply(q, k, v, causal, std::string(policy), std::string(fix), std::string(instrument), layer_index);
 }
 
 }  // namespace lpdiag::hooks

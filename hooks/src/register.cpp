@@ -17,8 +17,11 @@ torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
 
 TORCH_LIBRARY(lpdiag, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
-        "str instrument='counters', int layer_index=-1) -> Tensor",
-        &lpdiag::hooks::attention);
+        "str instrument='counters', int layer_index=-1) -> Tensor");
+  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal, str policy, str fix, str instrument, int layer_index) "
+        "-> (Tensor, Tensor, Tensor)");
+  m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor residual, bool causal, "
+        "str policy, str fix, str instrument, int layer_index) -> (Tensor, Tensor, Tensor)");
   m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
   m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
   m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "
@@ -50,3 +53,28 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("trace_path", &Monitor::trace_path)
       .def("records", &Monitor::records);
 }
+
+// lpdiag::attention: autograd over the forward and backward kernels; those run on the CPU (the
+// engine) and on CUDA (the kernels). Without autograd (inference below the autograd key, as a
+// compiled graph calls it) attention is its forward kernel's O.
+namespace {
+torch::Tensor attention_below_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                       c10::string_view policy, c10::string_view fix, c10::string_view instrument,
+                                       int64_t layer_index) {
+  return std::get<0>(lpdiag::hooks::attention_fwd(q, k, v, causal, policy, fix, instrument, layer_index));
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(lpdiag, Autograd, m) { m.impl("attention", &lpdiag::hooks::attention_autograd); }
+TORCH_LIBRARY_IMPL(lpdiag, CPU, m) {
+  m.impl("attention", &attention_below_autograd);
+  m.impl("attention_fwd", &lpdiag::hooks::attention_fwd);
+  m.impl("attention_bwd", &lpdiag::hooks::attention_bwd);
+}
+#ifdef LPDIAG_HOOKS_CUDA
+TORCH_LIBRARY_IMPL(lpdiag, CUDA, m) {
+  m.impl("attention", &attention_below_autograd);
+  m.impl("attention_fwd", &lpdiag::hooks::attention_fwd);
+  m.impl("attention_bwd", &lpdiag::hooks::attention_bwd);
+}
+#endif

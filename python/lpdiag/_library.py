@@ -33,6 +33,8 @@ def load(path=None):
         if os.path.exists(path):
             torch.ops.load_library(path)
             _loaded = path
+            from . import compile_support
+            compile_support.register()  # torch.compile / opcheck support (torch >= 2.1)
             return path
     raise RuntimeError("lpdiag: cannot find liblpdiag_torch.so (build lpdiag with LibTorch, or set LPDIAG_TORCH_LIBRARY); "
                        "looked at: " + ", ".join(tried))

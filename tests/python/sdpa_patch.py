@@ -11,7 +11,7 @@ an attn_mask runs PyTorch's SDPA and is reported, and outside the block nothing 
 Where transformers is installed: a 2-layer GPT-2 with attn_implementation="lpdiag" runs forward
 and backward through lpdiag (calls routed), its logits within 2e-2 relative L2 of the sdpa
 implementation's. On CPU and, when present, CUDA (bf16). Seed printed."""
-import math
+import copy
 import os
 import random
 import sys
@@ -148,8 +148,9 @@ else:
                                   embd_pdrop=0.0, attn_pdrop=0.0)
     for dev, dtype in devices:
         torch.manual_seed(seed)
-        ours = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="lpdiag").to(dev, dtype)
-        ref = transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa").to(dev, dtype)
+        # Each model its own config: the implementation is read from the config at every call.
+        ours = transformers.GPT2LMHeadModel._from_config(copy.deepcopy(cfg), attn_implementation="lpdiag").to(dev, dtype)
+        ref = transformers.GPT2LMHeadModel._from_config(copy.deepcopy(cfg), attn_implementation="sdpa").to(dev, dtype)
         ref.load_state_dict(ours.state_dict())
         idx = torch.randint(0, 50, (2, 32), device=dev)
         before = hf.routed
