@@ -22,8 +22,8 @@ def _fwd(q, k, v, causal, policy, fix, instrument, layer_index):
     if q.device.type == "cuda":
         lse = q.new_empty(q.shape[:3], dtype=f32)
         residual = q.new_empty(q.shape, dtype=f32) if instrument == "full" else q.new_empty((0,), dtype=f32)
-    else:
-        lse = residual = q.new_empty((0,), dtype=f32)
+    else:  # two tensors, as the kernel returns (a fake must not alias what the real op does not)
+        lse, residual = q.new_empty((0,), dtype=f32), q.new_empty((0,), dtype=f32)
     return _like(q), lse, residual
 
 
