@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the reproduction experiment of docs/SEED_EXPERIMENT.md. A small GPT-2
+# One device call: the reproduction experiment of docs/REPRODUCTION.md. A small GPT-2
 # (4 layers, 4 heads of 64, width 256, block 256, batch 16) on the KJV text under bf16 autocast,
 # the paper's recipe (AdamW 0.9/0.95, weight decay 0, clip 1, warmup then cosine), same seed and
 # data order in every arm, hooks on at `full`:

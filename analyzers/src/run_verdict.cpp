@@ -4,7 +4,7 @@
 //   reaches >= 1000. Healthy GPT-2-small training on the H200 grew it ~3x per tenth (1.7 -> 88
 //   over 700 steps); the failing learning rates did 140x-60,000x within a few dozen steps and
 //   stayed at 1,800-2,000,000 (docs/REAL_RUNS.md). At 100 the bf16 spacing of a logit is 0.5: the
-//   softmax is one-hot. A small model at a high learning rate (docs/SEED_EXPERIMENT.md) rose to
+//   softmax is one-hot. A small model at a high learning rate (docs/REPRODUCTION.md) rose to
 //   126 in its first 500 steps and settled at ~50 while its loss tracked the fp32 run's: a
 //   transient, not a collapse, so a peak alone does not make the verdict.
 // - loss_stall: the smoothed loss ends >= 15% and > 6 noise s.d. above its best, reached before

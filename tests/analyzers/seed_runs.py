@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The seed-numerics runs of docs/SEED_EXPERIMENT.md (tests/fixtures/seed: a small GPT-2 trained on
+"""The seed-numerics runs of docs/REPRODUCTION.md (tests/fixtures/seed: a small GPT-2 trained on
 the H200 with lpdiag's seed CUDA kernels, bf16 autocast, and its fp32-attention counterfactual)
 through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
  - seed/none at lr 4e-3: healthy (its max logit rose to 216 by step ~600 and settled near 60
