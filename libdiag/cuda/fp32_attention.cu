@@ -39,17 +39,7 @@ void backward_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
 }  // namespace
 
 void fp32_forward(const FlashForwardArgs& a) {
-  seed::FwdParams p{};
-  seed::set_common(p, a);
-  flash::require(a.lse, "lse");
-  if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
-  if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
-  p.o = flash::out_view(a.o, a.o_strides, a.shape, "o");
-  p.lse = a.lse;
-  p.residual = a.o_residual;
-  p.counters = a.counters;
-  p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
-  p.fix = seed::fix_params(a.fix);
+  const seed::FwdParams p = seed::forward_params(a);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64)
@@ -58,22 +48,8 @@ void fp32_forward(const FlashForwardArgs& a) {
 }
 
 void fp32_backward(const FlashBackwardArgs& a) {
-  seed::BwdParams p{};
-  seed::set_common(p, a);
-  p.o = seed::view_of(a.o, "o");
-  p.dout = seed::view_of(a.dout, "dout");
-  flash::require(a.lse, "lse");
-  flash::require(a.delta, "delta");
+  const seed::BwdParams p = seed::backward_params(a);
   const bool full = a.instrument == Instrument::full;
-  if (full) flash::require(a.o_residual, "o_residual (instrumentation is full)"), flash::require(a.counters, "counters");
-  p.lse = a.lse;
-  p.residual = a.o_residual;
-  p.delta = a.delta;
-  p.dq = flash::out_view(a.dq, a.dq_strides, a.shape, "dq");
-  p.dk = flash::out_view(a.dk, a.dk_strides, a.shape, "dk");
-  p.dv = flash::out_view(a.dv, a.dv_strides, a.shape, "dv");
-  p.counters = a.counters;
-  p.fix = seed::fix_params(a.fix);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? backward_all<64, true>(p, B, full, s) : backward_all<64, false>(p, B, full, s);

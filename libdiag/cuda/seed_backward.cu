@@ -28,22 +28,8 @@ void launch_all(const seed::BwdParams& p, int B, bool full, cudaStream_t s) {
 }  // namespace
 
 void seed_backward(const FlashBackwardArgs& a) {
-  seed::BwdParams p{};
-  seed::set_common(p, a);
-  p.o = seed::view_of(a.o, "o");
-  p.dout = seed::view_of(a.dout, "dout");
-  flash::require(a.lse, "lse");
-  flash::require(a.delta, "delta");
+  const seed::BwdParams p = seed::backward_params(a);
   const bool full = a.instrument == Instrument::full;
-  if (full) flash::require(a.o_residual, "o_residual (instrumentation is full)"), flash::require(a.counters, "counters");
-  p.lse = a.lse;
-  p.residual = a.o_residual;
-  p.delta = a.delta;
-  p.dq = flash::out_view(a.dq, a.dq_strides, a.shape, "dq");
-  p.dk = flash::out_view(a.dk, a.dk_strides, a.shape, "dk");
-  p.dv = flash::out_view(a.dv, a.dv_strides, a.shape, "dv");
-  p.counters = a.counters;
-  p.query_tile = a.numerics.query_tile;
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? launch_all<64, true>(p, B, full, s) : launch_all<64, false>(p, B, full, s);

@@ -32,17 +32,7 @@ void by_level(const seed::FwdParams& p, int B, Instrument level, cudaStream_t s)
 }  // namespace
 
 void seed_forward(const FlashForwardArgs& a) {
-  seed::FwdParams p{};
-  seed::set_common(p, a);
-  flash::require(a.lse, "lse");
-  if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
-  if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
-  p.o = flash::out_view(a.o, a.o_strides, a.shape, "o");
-  p.lse = a.lse;
-  p.residual = a.o_residual;
-  p.counters = a.counters;
-  p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
-  p.fix = seed::fix_params(a.fix);
+  const seed::FwdParams p = seed::forward_params(a);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) a.shape.causal ? by_level<64, true>(p, B, a.instrument, s) : by_level<64, false>(p, B, a.instrument, s);

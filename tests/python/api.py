@@ -14,18 +14,12 @@ import torch
 import torch.nn as nn
 
 import lpdiag
+from check_helpers import check, finish
 
 LPDIAG = sys.argv[1]
 seed = random.randrange(1 << 30)
 print(f"seed {seed}")
 torch.manual_seed(seed)
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
-    failures += not ok
 
 
 C, H, T = 32, 2, 16
@@ -117,5 +111,4 @@ for what, call, needle in (
         check(f"{what}: raises", False, "no error")
     except (ValueError, TypeError) as e:
         check(f"{what}: raises naming it", needle in str(e), str(e))
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

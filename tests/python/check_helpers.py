@@ -1,5 +1,6 @@
-"""What the probe entry's tests share: a named check that counts failures, and the entry run as a
-subprocess (python3 -m lpdiag probe ARGS), returning (exit code, stdout, stderr)."""
+"""What the Python tests share: a named check that counts failures, `finish()` (print ok/FAIL, exit
+0/1), and the probe entry run as a subprocess (python3 -m lpdiag probe ARGS), returning (exit
+code, stdout, stderr)."""
 import subprocess
 import sys
 

@@ -13,17 +13,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lpdiag
+from check_helpers import check, finish
 
 seed = random.randrange(1 << 30)
 print(f"seed {seed}; torch {torch.__version__}")
 torch.manual_seed(seed)
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
-    failures += not ok
 
 
 lpdiag.load_library()
@@ -91,5 +85,4 @@ try:
     check(f"compiled block ({dev}, fullgraph=True) trains: loss falls {losses[0]:.4f} -> {losses[-1]:.4f}", losses[-1] < losses[0])
 except Exception as e:  # noqa: BLE001
     check(f"compiled block ({dev}, fullgraph=True)", False, f"{type(e).__name__}: {str(e)[:600]}")
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

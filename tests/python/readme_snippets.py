@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lpdiag
+from check_helpers import check, finish
 
 readme, cli = sys.argv[1], os.path.abspath(sys.argv[2])
 text = open(readme).read()
@@ -27,13 +28,6 @@ py = [b for lang, b in blocks if lang == "python"]
 sh = [b for lang, b in blocks if lang == "sh"]
 assert len(py) == 3 and len(sh) == 1, f"README's section changed: {len(py)} python and {len(sh)} sh blocks"
 train, attention_line, patched = py
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
-    failures += not ok
 
 
 C, H, T, V = 64, 2, 16, 13
@@ -98,5 +92,4 @@ with tempfile.TemporaryDirectory() as d:
     else:
         print(f"SKIP: the patch_sdpa block needs torch >= 2.0 (this is {torch.__version__})")
     os.chdir("/")
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

@@ -23,18 +23,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lpdiag
+from check_helpers import check, finish
 from lpdiag.sdpa import unsupported_reason
 
 seed = random.randrange(1 << 30)
 print(f"seed {seed}; torch {torch.__version__}")
 torch.manual_seed(seed)
-failures = 0
-
-
-def check(what, ok, detail=""):
-    global failures
-    print(f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail and not ok else ""))
-    failures += not ok
 
 
 def rel(a, b):
@@ -68,8 +62,7 @@ if not hasattr(F, "scaled_dot_product_attention"):
         check("torch < 2.0: patch_sdpa raises saying why", "needs torch >= 2.0" in str(e), str(e))
     print("SKIP: routing SDPA calls and the transformers implementation need torch >= 2.0 (this is "
           f"{torch.__version__}); the GPU machine's torch 2.11 runs them")
-    print("FAIL" if failures else "ok")
-    sys.exit(1 if failures else 0)
+    finish()
 
 C, H, T = 128, 2, 32
 
@@ -164,5 +157,4 @@ else:
               f"{rel(out.logits, r):.3g}")
         check(f"transformers {dev}: gradients finite", all(torch.isfinite(p.grad).all().item() for p in ours.parameters()
                                                             if p.grad is not None))
-print("FAIL" if failures else "ok")
-sys.exit(1 if failures else 0)
+finish()

@@ -1,6 +1,8 @@
 // What the seed forward's and backward's launchers share: the checks, the q/k/v views, the
 // shape, the key tile, the scale, the exp/log tables of the current device, the fix's parameters.
 #pragma once
+#include <cmath>
+
 #include "../flash/launch_common.hpp"
 #include "seed_params.cuh"
 #include "seed_tables.hpp"
@@ -19,6 +21,47 @@ void set_common(Params& p, const Args& a) {
   p.key_tile = a.numerics.key_tile;
   p.scale = flash::scale_of(a.shape);
   p.tables = tables_for_current_device();
+}
+
+// The fix as the kernels take it (declared first: the fills below use it).
+inline FixParams fix_params(const FixConfig& f);
+
+// A forward launch's parameters from its arguments: the checks, inputs, outputs and fix.
+inline FwdParams forward_params(const FlashForwardArgs& a) {
+  FwdParams p{};
+  set_common(p, a);
+  flash::require(a.lse, "lse");
+  if (a.instrument != Instrument::off) flash::require(a.counters, "counters (instrumentation is on)");
+  if (a.instrument == Instrument::full) flash::require(a.o_residual, "o_residual (instrumentation is full)");
+  p.o = flash::out_view(a.o, a.o_strides, a.shape, "o");
+  p.lse = a.lse;
+  p.residual = a.o_residual;
+  p.counters = a.counters;
+  p.scale_hp = a.shape.scale != 0.f ? double(a.shape.scale) : 1.0 / std::sqrt(static_cast<double>(a.shape.d));
+  p.fix = fix_params(a.fix);
+  return p;
+}
+
+// A backward launch's parameters from its arguments.
+inline BwdParams backward_params(const FlashBackwardArgs& a) {
+  BwdParams p{};
+  set_common(p, a);
+  p.o = view_of(a.o, "o");
+  p.dout = view_of(a.dout, "dout");
+  flash::require(a.lse, "lse");
+  flash::require(a.delta, "delta");
+  if (a.instrument == Instrument::full)
+    flash::require(a.o_residual, "o_residual (instrumentation is full)"), flash::require(a.counters, "counters");
+  p.lse = a.lse;
+  p.residual = a.o_residual;
+  p.delta = a.delta;
+  p.dq = flash::out_view(a.dq, a.dq_strides, a.shape, "dq");
+  p.dk = flash::out_view(a.dk, a.dk_strides, a.shape, "dk");
+  p.dv = flash::out_view(a.dv, a.dv_strides, a.shape, "dv");
+  p.counters = a.counters;
+  p.query_tile = a.numerics.query_tile;
+  p.fix = fix_params(a.fix);
+  return p;
 }
 
 // The fix as the kernels take it (none 0, paper 1, safe 2, sr 3: the enum's order).
