@@ -101,11 +101,12 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   return {out.dq, out.dk, out.dv};
 }
 
-std::vector<DeviceCounterCopy> copy_device_counters() {
+std::vector<DeviceCounterCopy> copy_device_counters(std::int64_t lo, std::int64_t hi) {
   std::lock_guard<std::mutex> lock(board().mu);
   std::map<std::string, DeviceCounterCopy> by_device;
   std::map<std::string, std::vector<torch::Tensor>> parts;
   for (auto& [layer, t] : board().slots) {
+    if (layer < lo || layer >= hi) continue;
     const std::string dev = t.device().str();
     by_device[dev].layers.emplace_back(layer, t.numel() / static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters)));
     parts[dev].push_back(t);

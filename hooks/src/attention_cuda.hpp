@@ -33,7 +33,8 @@ struct DeviceCounterCopy {
   torch::Tensor bytes;
   std::vector<std::pair<std::int64_t, std::int64_t>> layers;
 };
-std::vector<DeviceCounterCopy> copy_device_counters();
+// Only the layers with ids in [lo, hi) (a Monitor's session, counter_sink.hpp).
+std::vector<DeviceCounterCopy> copy_device_counters(std::int64_t lo, std::int64_t hi);
 // Reads `bytes` of a DeviceCounterCopy once on the host (uint8, same size).
 std::map<std::int64_t, std::vector<HeadCounters>> decode_device_counters(
     const std::vector<std::pair<std::int64_t, std::int64_t>>& layers, const torch::Tensor& host_bytes);

@@ -1,6 +1,7 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 
 #include <cstdio>
+#include <set>
 
 #include "pending_counters.hpp"
 
@@ -26,6 +27,60 @@ std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain_host() {
   auto out = std::move(pending_);
   pending_.clear();
   return out;
+}
+
+std::map<std::int64_t, std::vector<HeadCounters>> CounterSink::drain_host(std::int64_t lo, std::int64_t hi) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::int64_t, std::vector<HeadCounters>> out;
+  for (auto it = pending_.lower_bound(lo); it != pending_.end() && it->first < hi;) {
+    out.insert(*it);
+    it = pending_.erase(it);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> CounterSink::drain_orphans() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::int64_t> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (layer_has_session(it->first)) {
+      ++it;
+      continue;
+    }
+    out.push_back(it->first);
+    it = pending_.erase(it);
+  }
+  return out;
+}
+
+namespace {
+struct Sessions {
+  std::mutex mu;
+  std::set<std::int64_t> held;
+};
+Sessions& sessions() {
+  static Sessions s;
+  return s;
+}
+}  // namespace
+
+std::int64_t acquire_session() {
+  std::lock_guard<std::mutex> lock(sessions().mu);
+  std::int64_t base = 0;
+  while (sessions().held.count(base)) base += kSessionLayers;
+  sessions().held.insert(base);
+  return base;
+}
+
+void release_session(std::int64_t base) {
+  std::lock_guard<std::mutex> lock(sessions().mu);
+  sessions().held.erase(base);
+}
+
+bool layer_has_session(std::int64_t layer) {
+  if (layer < 0) return false;
+  std::lock_guard<std::mutex> lock(sessions().mu);
+  return sessions().held.count(layer / kSessionLayers * kSessionLayers) > 0;
 }
 
 CaptureBoard& CaptureBoard::instance() {

@@ -68,6 +68,7 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
   CaptureBoard::instance().set_step(0);
   for (int64_t l = 0; l < n_layer; ++l)
     layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
+  session_base_ = acquire_session();  // last: a constructor that throws holds no session
 }
 
 Monitor::~Monitor() {
@@ -172,7 +173,7 @@ void Monitor::set_start_step(int64_t step) {
 }
 
 void Monitor::request_capture(int64_t layer, int64_t step) {
-  CaptureBoard::instance().request({layer, step, capture_file_name(stem_, step, layer)});
+  CaptureBoard::instance().request({session_base_ + layer, step, capture_file_name(stem_, step, layer)});
 }
 
 void Monitor::open_writer() {
@@ -332,8 +333,20 @@ void Monitor::start() {
 }
 
 void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int64_t next_step) {
+  for (const auto& [id, heads] : counters) {  // counters of this session's ids that no registered layer has
+    const int64_t local = id - session_base_;
+    bool known = false;
+    for (const auto& a : layout_.attention) known = known || (a.layer_index == local && static_cast<int64_t>(heads.size()) == n_head_);
+    if (!known && warned_layers_.insert(id).second) {
+      std::fprintf(stderr, "lpdiag.Monitor: attention counters arrived for layer %lld (%zu heads), which this Monitor does not "
+                           "have (%lld layers of %lld heads); they are not recorded\n",
+                   static_cast<long long>(local), heads.size(), static_cast<long long>(layout_.attention.size()),
+                   static_cast<long long>(n_head_));
+      writer_->add_event({r.step, "unregistered_layer", local, -1, NAN, "attention counters of a layer the Monitor does not have"});
+    }
+  }
   for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
-    auto it = counters.find(layout_.attention[l].layer_index);
+    auto it = counters.find(session_base_ + layout_.attention[l].layer_index);
     if (it == counters.end() || static_cast<int64_t>(it->second.size()) != n_head_) continue;
     for (std::size_t h = 0; h < it->second.size(); ++h) {
       HeadCounters c = it->second[h];
@@ -386,7 +399,16 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   r->scalars[1] = lr;
   scalar(grad_norm, &r->scalars[2], false);
   auto due = [&](const char* s) { return step % cadence_[s] == 0; };
-  fetch->counters = PendingCounters::take(stream_ ? &*stream_device_ : nullptr);  // drained every step; kept when due
+  // This Monitor's session only, drained every step (kept when due); counters no live Monitor
+  // holds are reported once each, not kept.
+  fetch->counters = PendingCounters::take(stream_ ? &*stream_device_ : nullptr, session_base_, session_base_ + kSessionLayers);
+  for (const std::int64_t orphan : CounterSink::instance().drain_orphans())
+    if (warned_layers_.insert(orphan).second) {
+      std::fprintf(stderr, "lpdiag.Monitor: attention counters arrived for layer id %lld, which no running Monitor holds; "
+                           "they are not recorded (pass the layer the Monitor numbered, or run the model inside its Monitor)\n",
+                   static_cast<long long>(orphan));
+      writer_->add_event({step, "unregistered_layer", orphan, -1, NAN, "attention counters of a layer no Monitor holds"});
+    }
   fetch->counters_due = due("attention");
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
   StatsGraph* graph = nullptr;
@@ -470,6 +492,7 @@ void Monitor::finish_pending(int64_t next_step) {
 
 void Monitor::close() {
   std::lock_guard<std::recursive_mutex> io(io_mutex_);
+  if (session_base_ >= 0 && !session_released_) release_session(session_base_), session_released_ = true;
   if (!writer_) return;
   finish_pending(-1);  // no step follows: a capture would never be written
   writer_->close();

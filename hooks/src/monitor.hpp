@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,9 +70,15 @@ class Monitor : public torch::CustomClassHolder {
   bool record(int64_t step, double loss, double lr, double grad_norm);
   void close();
   std::string trace_path() const { return path_; }
+  // The op's layer id of this Monitor's layer 0 (its session; 0 while it is the only Monitor):
+  // attention calls of layer l pass layer_base() + l.
+  int64_t layer_base() const { return session_base_; }
   int64_t records() const { return records_; }
 
  private:
+  int64_t session_base_ = -1;
+  bool session_released_ = false;
+  std::set<int64_t> warned_layers_;
   struct Tracked;
   void open_writer();
   void start();  // at the first record: the writer, the groups, the side stream

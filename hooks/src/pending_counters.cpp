@@ -18,11 +18,11 @@ void merge(CountersByLayer& into, const CountersByLayer& from) {
 }
 }  // namespace
 
-PendingCounters PendingCounters::take(const torch::Device* async_device) {
+PendingCounters PendingCounters::take(const torch::Device* async_device, std::int64_t lo, std::int64_t hi) {
   PendingCounters p;
-  p.host = CounterSink::instance().drain_host();
+  p.host = CounterSink::instance().drain_host(lo, hi);
 #ifdef LPDIAG_HOOKS_CUDA
-  for (auto& copy : copy_device_counters()) {
+  for (auto& copy : copy_device_counters(lo, hi)) {
     if (async_device && copy.bytes.device() == *async_device && !p.device_bytes.defined()) {
       p.device_bytes = std::move(copy.bytes);
       p.device_layers = std::move(copy.layers);

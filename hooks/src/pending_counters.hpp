@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -25,7 +26,9 @@ struct PendingCounters {
 
   // Drains the CounterSink. Counters on `async_device` stay on the device as device_bytes;
   // those on any other device (or all, when async_device is null) are copied now, which waits.
-  static PendingCounters take(const torch::Device* async_device);
+  // Only layer ids in [lo, hi): the calling Monitor's session.
+  static PendingCounters take(const torch::Device* async_device, std::int64_t lo = 0,
+                              std::int64_t hi = std::numeric_limits<std::int64_t>::max());
   // Everything by layer, given device_bytes copied to the host (ignored when none were pending).
   CountersByLayer resolve(const torch::Tensor& host_bytes) const;
 };

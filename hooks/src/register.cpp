@@ -51,6 +51,7 @@ TORCH_LIBRARY(lpdiag, m) {
            })
       .def("close", &Monitor::close)
       .def("trace_path", &Monitor::trace_path)
+      .def("layer_base", &Monitor::layer_base)
       .def("records", &Monitor::records);
 }
 

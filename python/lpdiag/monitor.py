@@ -11,7 +11,9 @@ in module order, registers the weights with the trace, and while a module runs i
 lpdiag.attention which layer it is (so calls without `layer=` are counted where they belong).
 Where discovery cannot work, pass `roles={"h.0.attn": {"q": w_q, "k": w_k, "v": w_v}, ...}` or
 `{"name": {"qkv": w_fused}}`, one entry per attention layer in order. Rank and world size come
-from torch.distributed when it is initialized (one trace per rank: NAME.rank<k>.h5)."""
+from torch.distributed when it is initialized (one trace per rank: NAME.rank<k>.h5). Several
+Monitors may run at once (two models): each records only its own layers' counters; counters of
+a layer no Monitor holds are reported once (stderr, and an `unregistered_layer` event)."""
 import json
 
 import torch
@@ -77,6 +79,9 @@ class Monitor:
         cfg = dict(run_config or {})
         cfg.setdefault("model", type(model).__name__)
         self._mon = torch.classes.lpdiag.Monitor(str(path), len(layers), heads, width // heads, json.dumps(cfg), rank, world)
+        # This Monitor's session: the op's layer ids of its layers start here (0 while it is the
+        # only one alive), so two Monitors in one process never mix their counters.
+        self._base = int(self._mon.layer_base())
         self.layers = [name for name, _, _ in layers]
         for i, (name, _, w) in enumerate(layers):
             if "qkv" in w:
@@ -121,7 +126,7 @@ class Monitor:
 
     def _enter_hook(self, i):
         def hook(module, inputs):
-            self._tokens.append(current_layer.set(i))
+            self._tokens.append(current_layer.set(self._base + i))
         return hook
 
     def _leave_hook(self):
@@ -138,6 +143,11 @@ class Monitor:
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = grad_norm.detach()
         return self._mon.record(int(step), loss, float(lr), grad_norm)
+
+    def layer_id(self, layer):
+        """The id to pass as lpdiag.attention(layer=...) for this Monitor's layer `layer` (only
+        needed where calls give the layer themselves; the Monitor's module hooks supply it)."""
+        return self._base + int(layer)
 
     @property
     def trace_path(self):

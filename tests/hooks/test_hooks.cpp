@@ -434,3 +434,24 @@ TEST_CASE("Monitor's loss, gradient norm and counters left on the device belong 
     CHECK(captured[0] == tie_step + (dev.is_cuda() ? 2 : 1));
   }
 }
+
+TEST_CASE("Monitors hold sessions: distinct layer ids while alive, the first free one reused", "[hooks][monitor]") {
+  using lpdiag::hooks::Monitor;
+  const std::int64_t stride = lpdiag::hooks::kSessionLayers;
+  std::int64_t first = -1;
+  {
+    auto a = c10::make_intrusive<Monitor>(tmp("session-a.h5"), 1, 2, 8, "{}", 0, 1);
+    auto b = c10::make_intrusive<Monitor>(tmp("session-b.h5"), 1, 2, 8, "{}", 0, 1);
+    first = a->layer_base();
+    CHECK(b->layer_base() != a->layer_base());
+    CHECK(a->layer_base() % stride == 0);
+    CHECK(b->layer_base() % stride == 0);
+    // A constructor that fails holds no session.
+    CHECK_THROWS(c10::make_intrusive<Monitor>("/nonexistent-dir/x.h5", 1, 2, 8, "{}", 0, 1));
+    a->close();
+    auto c = c10::make_intrusive<Monitor>(tmp("session-c.h5"), 1, 2, 8, "{}", 0, 1);
+    CHECK(c->layer_base() == first);  // a's session, released by close()
+  }
+  auto d = c10::make_intrusive<Monitor>(tmp("session-d.h5"), 1, 2, 8, "{}", 0, 1);
+  CHECK(d->layer_base() == first);
+}

@@ -95,6 +95,36 @@ with tempfile.TemporaryDirectory() as d:
         except ImportError:
             print(f"skip {kind}: counters per layer (no h5py here)")
 
+# Two Monitors at once (two models in one process), their steps interleaved: each trace holds
+# only its own model's counters (rows = batch x heads x T per layer and step: 2 x 2 x 16 = 64
+# for A, 3 x 2 x 16 = 96 for B), and a call with a layer no Monitor holds is reported.
+with tempfile.TemporaryDirectory() as d:
+    ma, mb = Model(NanoAttn), Model(HFAttn)
+    pa, pb = os.path.join(d, "a.h5"), os.path.join(d, "b.h5")
+    with lpdiag.Monitor(pa, ma, policy="seed") as mon_a, lpdiag.Monitor(pb, mb, policy="seed") as mon_b:
+        check("two Monitors: distinct sessions", mon_a.layer_id(0) != mon_b.layer_id(0), f"{mon_a.layer_id(0)} {mon_b.layer_id(0)}")
+        for step in range(3):
+            for model, mon, batch in ((ma, mon_a, 2), (mb, mon_b, 3)):
+                idx = torch.randint(0, 11, (batch, T))
+                nn.functional.cross_entropy(model(idx).view(-1, 11), idx.view(-1)).backward()
+            if step == 1:  # a layer id no Monitor holds
+                q1 = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
+                lpdiag.attention(q1, q1, q1, layer=(1 << 40))
+            mon_a.record(step, 1.0)
+            mon_b.record(step, 1.0)
+    try:
+        import h5py
+        for path, want, name in ((pa, 64, "A"), (pb, 96, "B")):
+            with h5py.File(path, "r") as h:
+                rows = sorted({int(x) for g in h["attention"].values() for x in g["rows"][:].sum(axis=-1)})
+                events = [bytes(e["kind"]).rstrip(b"\0").decode() for e in h["events"][:]]
+            check(f"two Monitors: {name}'s trace holds only its own counters (rows per layer and record {rows})", rows == [want])
+            if name == "A":
+                check("two Monitors: the call of a layer no Monitor holds is reported (unregistered_layer event)",
+                      "unregistered_layer" in events, str(events))
+    except ImportError:
+        print("skip two Monitors: counters per trace (no h5py here)")
+
 x = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
 for what, call, needle in (
         ("3-D input", lambda: lpdiag.attention(x[0], x[0], x[0]), "(B, H, N, d)"),

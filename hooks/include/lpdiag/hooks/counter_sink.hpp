@@ -1,5 +1,8 @@
 // Where every call of the attention op leaves its per-head counters until the Monitor records
-// them. Process-wide and thread-safe; keyed by layer index.
+// them. Process-wide and thread-safe; keyed by the layer index the op was given. Each live
+// Monitor owns one session: the layer ids [base, base + kSessionLayers), base a multiple of
+// kSessionLayers (the first Monitor alive gets 0, so a lone Monitor's ids are its layer numbers),
+// and drains only those: two Monitors in one process (two models) never mix their counters.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,10 +14,22 @@
 
 namespace lpdiag::hooks {
 
+constexpr std::int64_t kSessionLayers = std::int64_t(1) << 20;
+
+// The lowest free session base (0, kSessionLayers, ...), taken until released.
+std::int64_t acquire_session();
+void release_session(std::int64_t base);
+// Whether `layer` lies in a session some live Monitor holds.
+bool layer_has_session(std::int64_t layer);
+
 class CounterSink {
  public:
   static CounterSink& instance();
   void add(std::int64_t layer, const std::vector<HeadCounters>& heads);
+  // Only what calls on the CPU added for layer ids in [lo, hi).
+  std::map<std::int64_t, std::vector<HeadCounters>> drain_host(std::int64_t lo, std::int64_t hi);
+  // Removes and returns the ids no live session holds (their counters have no Monitor to go to).
+  std::vector<std::int64_t> drain_orphans();
   // Returns and clears what arrived since the last drain, from the CPU and (copied now, which
   // waits for the device) from CUDA.
   std::map<std::int64_t, std::vector<HeadCounters>> drain();
