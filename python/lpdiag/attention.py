@@ -5,6 +5,8 @@
 
 q, k, v: (B, H, N, d) tensors of one dtype and device. CUDA: bfloat16, d 64 or 128, policies
 fa2, seed and fp32 (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
+`level`: off, counters or full; None (the default) takes the running Monitor's level for the
+step (counters, or full every `full_every` steps), else counters.
 `layer`: the attention layer the counters belong to; None takes the layer the active
 lpdiag.Monitor is running (it numbers the attention modules it found), and without one the
 call's counters go nowhere (said once)."""
@@ -18,6 +20,8 @@ from ._library import load
 
 # The layer whose forward is running, set by lpdiag.Monitor's module hooks.
 current_layer = contextvars.ContextVar("lpdiag_current_layer", default=None)
+# The level the running Monitor wants for this step (its full_every cadence), set by its hooks.
+current_level = contextvars.ContextVar("lpdiag_current_level", default=None)
 _warned_no_layer = False
 
 
@@ -31,11 +35,15 @@ def check_arguments(q, k, v, scale):
         raise ValueError(f"lpdiag.attention: the op uses scale 1/sqrt(d) = {1.0 / math.sqrt(q.shape[-1]):.6g}; got scale={scale}")
 
 
-def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", level="counters", layer=None):
-    """Attention through lpdiag's op (see the module's doc). Returns O in q's dtype."""
+def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", level=None, layer=None):
+    """Attention through lpdiag's op (see the module's doc). Returns O in q's dtype. level None:
+    the running Monitor's choice for this step (its level, "full" every full_every steps), else
+    "counters"."""
     global _warned_no_layer
     check_arguments(q, k, v, scale)
     load()
+    if level is None:
+        level = current_level.get() or "counters"
     if layer is None:
         layer = current_layer.get()
     if layer is None:

@@ -19,7 +19,7 @@ import json
 import torch
 
 from ._library import load
-from .attention import current_layer
+from .attention import current_layer, current_level
 
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
@@ -53,11 +53,19 @@ class Monitor:
     (0-9), stop_on_nan, policy/fix (what the model's lpdiag attention runs, recorded per layer;
     "external:<backend>" when the model runs PyTorch's attention), run_config (a dict), roles,
     activations (a dict name -> module whose output's max |x| and rms are recorded, e.g. each
-    transformer block)."""
+    transformer block), level ("counters" or "off": what lpdiag.attention calls without a level
+    run) and full_every (N: the steps that are multiples of N run at "full" instead, the O and δ
+    error statistics; e.g. counters every step, full every 50)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
-                 stop_on_nan=False, policy="fa2", fix="none", run_config=None, activations=None):
+                 stop_on_nan=False, policy="fa2", fix="none", run_config=None, activations=None, level="counters",
+                 full_every=None):
         load()
+        if level not in ("off", "counters", "full"):
+            raise ValueError(f"lpdiag.Monitor: level must be off, counters or full, got {level!r}")
+        if full_every is not None and int(full_every) < 1:
+            raise ValueError(f"lpdiag.Monitor: full_every must be a positive number of steps, got {full_every!r}")
+        self._level, self._full_every, self._next_step = level, (int(full_every) if full_every else None), 0
         if roles is not None:
             mods = dict(model.named_modules())
             layers = [(name, mods.get(name), dict(w)) for name, w in roles.items()]
@@ -124,15 +132,23 @@ class Monitor:
                 self._mon.observe_activation(name, out)
         return hook
 
+    def step_level(self):
+        """The level of the step whose forward runs next: "full" on multiples of full_every."""
+        if self._full_every and self._next_step % self._full_every == 0:
+            return "full"
+        return self._level
+
     def _enter_hook(self, i):
         def hook(module, inputs):
-            self._tokens.append(current_layer.set(self._base + i))
+            self._tokens.append((current_layer.set(self._base + i), current_level.set(self.step_level())))
         return hook
 
     def _leave_hook(self):
         def hook(module, inputs, output):
             if self._tokens:
-                current_layer.reset(self._tokens.pop())
+                layer_token, level_token = self._tokens.pop()
+                current_level.reset(level_token)
+                current_layer.reset(layer_token)
         return hook
 
     def record(self, step, loss, *, lr=0.0, grad_norm=float("nan")):
@@ -142,6 +158,7 @@ class Monitor:
             loss = loss.detach()
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = grad_norm.detach()
+        self._next_step = int(step) + 1
         return self._mon.record(int(step), loss, float(lr), grad_norm)
 
     def layer_id(self, layer):

@@ -125,6 +125,30 @@ with tempfile.TemporaryDirectory() as d:
     except ImportError:
         print("skip two Monitors: counters per trace (no h5py here)")
 
+# The level's cadence: counters every step, full every 2nd (steps 0 and 2): only those records
+# carry the O error statistics (o_err_count > 0; -1 = not measured).
+with tempfile.TemporaryDirectory() as d:
+    model = Model(NanoAttn)
+    path = os.path.join(d, "cadence.h5")
+    with lpdiag.Monitor(path, model, policy="seed", full_every=2) as mon:
+        for step in range(4):
+            idx = torch.randint(0, 11, (2, T))
+            nn.functional.cross_entropy(model(idx).view(-1, 11), idx.view(-1)).backward()
+            mon.record(step, 1.0)
+    try:
+        import h5py
+        with h5py.File(path, "r") as h:
+            n = h["attention/layer.0.attn/o_err_count"][:].max(axis=-1).tolist()
+        check(f"full_every=2: O errors measured at steps 0 and 2 only (o_err_count per record {n})",
+              n[0] > 0 and n[2] > 0 and n[1] < 0 and n[3] < 0)
+    except ImportError:
+        print("skip full_every: per-record O errors (no h5py here)")
+try:
+    lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"bad-{seed}.h5"), Model(NanoAttn), full_every=0)
+    check("full_every=0 refused", False, "no error")
+except ValueError as e:
+    check("full_every=0 refused, named", "full_every" in str(e), str(e))
+
 x = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
 for what, call, needle in (
         ("3-D input", lambda: lpdiag.attention(x[0], x[0], x[0]), "(B, H, N, d)"),
