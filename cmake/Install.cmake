@@ -14,6 +14,17 @@ install(TARGETS lpdiag_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY libdiag/include/lpdiag DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT lpdiagTargets NAMESPACE lpdiag:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lpdiag)
 
+# The Python package, with the op library inside it (lpdiag/lib, where the package looks first),
+# under lib/python3/dist-packages (Debian's layout for packages outside pip).
+set(LPDIAG_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING "Where cmake --install puts the lpdiag Python package")
+install(DIRECTORY python/lpdiag DESTINATION ${LPDIAG_PYTHON_INSTALL_DIR} PATTERN "__pycache__" EXCLUDE)
+if(TARGET lpdiag_torch)
+  # From <dir>/lpdiag/lib back to <prefix>/lib, where liblpdiag is.
+  file(RELATIVE_PATH lpdiag_py_to_lib "/${LPDIAG_PYTHON_INSTALL_DIR}/lpdiag/lib" "/${CMAKE_INSTALL_LIBDIR}")
+  set_target_properties(lpdiag_torch PROPERTIES INSTALL_RPATH "$ORIGIN/${lpdiag_py_to_lib}")
+  install(TARGETS lpdiag_torch LIBRARY DESTINATION ${LPDIAG_PYTHON_INSTALL_DIR}/lpdiag/lib)
+endif()
+
 configure_package_config_file(cmake/lpdiagConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/lpdiagConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/lpdiag)

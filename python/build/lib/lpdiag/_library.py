@@ -1,0 +1,40 @@
+"""Finds and loads lpdiag's op library (liblpdiag_torch.so), which registers torch.ops.lpdiag.*.
+
+Looked for, in order: $LPDIAG_TORCH_LIBRARY; next to this package (an installed copy in
+lpdiag/lib); the build tree this package sits in (build*/hooks)."""
+import glob
+import os
+
+import torch
+
+_loaded = None
+
+
+def _candidates():
+    env = os.environ.get("LPDIAG_TORCH_LIBRARY")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "lib", "liblpdiag_torch.so")
+    root = os.path.dirname(os.path.dirname(here))
+    for path in sorted(glob.glob(os.path.join(root, "build*", "hooks", "liblpdiag_torch.so"))):
+        yield path
+
+
+def load(path=None):
+    """Loads the op library once (from `path` when given); returns its path. Raises RuntimeError
+    saying where it looked."""
+    global _loaded
+    if _loaded:
+        return _loaded
+    tried = []
+    for path in [path] if path else _candidates():
+        tried.append(path)
+        if os.path.exists(path):
+            torch.ops.load_library(path)
+            _loaded = path
+            from . import compile_support
+            compile_support.register()  # torch.compile / opcheck support (torch >= 2.1)
+            return path
+    raise RuntimeError("lpdiag: cannot find liblpdiag_torch.so (build lpdiag with LibTorch, or set LPDIAG_TORCH_LIBRARY); "
+                       "looked at: " + ", ".join(tried))

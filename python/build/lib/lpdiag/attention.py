@@ -1,0 +1,61 @@
+"""`lpdiag.attention`: the op with keyword arguments and errors that say what is wrong.
+
+    y = lpdiag.attention(q, k, v, causal=True)                   # fa2 numerics, counters
+    y = lpdiag.attention(q, k, v, causal=True, policy="seed:tile=512", fix="paper", level="full")
+
+q, k, v: (B, H, N, d) tensors of one dtype and device. CUDA: bfloat16, d 64 or 128, policies
+fa2, seed and fp32 (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
+`level`: off, counters or full; None (the default) takes the running Monitor's level for the
+step (counters, or full every `full_every` steps), else counters.
+`layer`: the attention layer the counters belong to; None takes the layer the active
+lpdiag.Monitor is running (it numbers the attention modules it found), and without one the
+call's counters go nowhere (said once)."""
+import contextvars
+import math
+import warnings
+
+import torch
+
+from ._library import load
+
+# The layer whose forward is running, set by lpdiag.Monitor's module hooks.
+current_layer = contextvars.ContextVar("lpdiag_current_layer", default=None)
+# The level the running Monitor wants for this step (its full_every cadence), set by its hooks.
+current_level = contextvars.ContextVar("lpdiag_current_level", default=None)
+_warned_no_layer = False
+
+
+def check_arguments(q, k, v, scale):
+    """What the op cannot see: the arguments' Python types and an explicit scale. Shapes, dtypes,
+    devices, the policy, the fix and the level are the op's to check (one place: hooks/src/attention_op.cpp)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"lpdiag.attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if scale is not None and q.dim() == 4 and not math.isclose(float(scale), 1.0 / math.sqrt(q.shape[-1]), rel_tol=1e-6):
+        raise ValueError(f"lpdiag.attention: the op uses scale 1/sqrt(d) = {1.0 / math.sqrt(q.shape[-1]):.6g}; got scale={scale}")
+
+
+def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", level=None, layer=None):
+    """Attention through lpdiag's op (see the module's doc). Returns O in q's dtype. level None:
+    the running Monitor's choice for this step (its level, "full" every full_every steps), else
+    "counters"."""
+    global _warned_no_layer
+    check_arguments(q, k, v, scale)
+    load()
+    if level is None:
+        level = current_level.get() or "counters"
+    if layer is None:
+        layer = current_layer.get()
+    if layer is None:
+        if level != "off" and not _warned_no_layer:
+            warnings.warn("lpdiag.attention: no layer given and no lpdiag.Monitor running this module; the counters of such "
+                          "calls are not recorded (pass layer=, or run the model inside `with lpdiag.Monitor(...)`)")
+            _warned_no_layer = True
+        layer = -1
+    try:
+        return torch.ops.lpdiag.attention(q, k, v, bool(causal), str(policy), str(fix), str(level), int(layer))
+    except RuntimeError as e:  # the op's argument checks: one line, as a ValueError
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else "lpdiag.attention failed"
+        if "lpdiag::attention" in msg:
+            raise ValueError(msg.replace("lpdiag::attention", "lpdiag.attention").replace("instrument must", "level must")) from None
+        raise

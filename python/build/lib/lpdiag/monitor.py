@@ -1,0 +1,184 @@
+"""`lpdiag.Monitor`: a trace of a training run, around an existing model.
+
+    with lpdiag.Monitor("run.h5", model) as mon:
+        for step, batch in enumerate(loader):
+            loss = ...; loss.backward(); gn = clip(...); opt.step()
+            mon.record(step, loss, lr=lr, grad_norm=gn)
+
+It finds the model's attention modules and their q/k/v weights in the common layouts (nanoGPT's
+fused `c_attn`, Hugging Face's `q_proj`/`k_proj`/`v_proj`, a fused `qkv`), numbers them 0, 1, …
+in module order, registers the weights with the trace, and while a module runs its forward tells
+lpdiag.attention which layer it is (so calls without `layer=` are counted where they belong).
+Where discovery cannot work, pass `roles={"h.0.attn": {"q": w_q, "k": w_k, "v": w_v}, ...}` or
+`{"name": {"qkv": w_fused}}`, one entry per attention layer in order. Rank and world size come
+from torch.distributed when it is initialized (one trace per rank: NAME.rank<k>.h5). Several
+Monitors may run at once (two models): each records only its own layers' counters; counters of
+a layer no Monitor holds are reported once (stderr, and an `unregistered_layer` event)."""
+import json
+
+import torch
+
+from ._library import load
+from .attention import current_layer, current_level
+
+_HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
+
+
+def _n_heads(module, model):
+    for obj in (module, getattr(module, "config", None), getattr(model, "config", None)):
+        for a in _HEAD_ATTRS:
+            n = getattr(obj, a, None) if obj is not None else None
+            if isinstance(n, int) and n > 0:
+                return n
+    return None
+
+
+def discover(model):
+    """[(name, module, {"qkv": W} or {"q": W, "k": W, "v": W})] for the model's attention modules, in order."""
+    found = []
+    for name, m in model.named_modules():
+        sub = dict(m.named_children())
+        if "c_attn" in sub and isinstance(sub["c_attn"], torch.nn.Linear):
+            found.append((name, m, {"qkv": sub["c_attn"].weight}))
+        elif all(k in sub for k in ("q_proj", "k_proj", "v_proj")):
+            found.append((name, m, {r: sub[f"{r}_proj"].weight for r in "qkv"}))
+        elif "qkv" in sub and isinstance(sub["qkv"], torch.nn.Linear):
+            found.append((name, m, {"qkv": sub["qkv"].weight}))
+    return found
+
+
+class Monitor:
+    """See the module's doc. Options: n_head (when the modules do not say), cadence (a dict of
+    signal -> every N steps: weights, updates, attention, activations), flush_every, compression
+    (0-9), stop_on_nan, policy/fix (what the model's lpdiag attention runs, recorded per layer;
+    "external:<backend>" when the model runs PyTorch's attention), run_config (a dict), roles,
+    activations (a dict name -> module whose output's max |x| and rms are recorded, e.g. each
+    transformer block), level ("counters" or "off": what lpdiag.attention calls without a level
+    run) and full_every (N: the steps that are multiples of N run at "full" instead, the O and δ
+    error statistics; e.g. counters every step, full every 50)."""
+
+    def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
+                 stop_on_nan=False, policy="fa2", fix="none", run_config=None, activations=None, level="counters",
+                 full_every=None):
+        load()
+        if level not in ("off", "counters", "full"):
+            raise ValueError(f"lpdiag.Monitor: level must be off, counters or full, got {level!r}")
+        if full_every is not None and int(full_every) < 1:
+            raise ValueError(f"lpdiag.Monitor: full_every must be a positive number of steps, got {full_every!r}")
+        self._level, self._full_every, self._next_step = level, (int(full_every) if full_every else None), 0
+        if roles is not None:
+            mods = dict(model.named_modules())
+            layers = [(name, mods.get(name), dict(w)) for name, w in roles.items()]
+        else:
+            layers = discover(model)
+        if not layers:
+            raise ValueError("lpdiag.Monitor: found no attention module (a child c_attn, q_proj/k_proj/v_proj or qkv Linear); "
+                             "pass roles={'module.name': {'q': w_q, 'k': w_k, 'v': w_v}} or {'qkv': w}")
+        heads = n_head or _n_heads(layers[0][1], model)
+        if not heads:
+            raise ValueError("lpdiag.Monitor: cannot tell the number of heads from the modules (no n_head / num_heads "
+                             "attribute); pass n_head=")
+        first = layers[0][2]
+        width = (first["qkv"].shape[0] // 3) if "qkv" in first else first["q"].shape[0]
+        if width % heads:
+            raise ValueError(f"lpdiag.Monitor: q width {width} is not a multiple of n_head {heads}")
+        dist = torch.distributed
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+        cfg = dict(run_config or {})
+        cfg.setdefault("model", type(model).__name__)
+        self._mon = torch.classes.lpdiag.Monitor(str(path), len(layers), heads, width // heads, json.dumps(cfg), rank, world)
+        # This Monitor's session: the op's layer ids of its layers start here (0 while it is the
+        # only one alive), so two Monitors in one process never mix their counters.
+        self._base = int(self._mon.layer_base())
+        self.layers = [name for name, _, _ in layers]
+        for i, (name, _, w) in enumerate(layers):
+            if "qkv" in w:
+                self._mon.add_fused_qkv(name, i, w["qkv"])
+            else:
+                for r in "qkv":
+                    self._mon.add_matrix(f"{name}.{r}", f"attn_{r}", i, heads if r in "qk" else 0, w[r], 0, w[r].shape[0])
+            self._mon.set_attention_numerics(i, policy, fix)
+        for signal, every in (cadence or {}).items():
+            self._mon.set_cadence(signal, int(every))
+        if flush_every is not None:
+            self._mon.set_flush_every(int(flush_every))
+        if compression is not None:
+            self._mon.set_compression(int(compression))
+        if stop_on_nan:
+            self._mon.set_stop_on_nan(True)
+        self._hooks = []
+        for i, (_, m, _) in enumerate(layers):
+            if m is None:
+                continue
+            self._hooks.append(m.register_forward_pre_hook(self._enter_hook(i)))
+            self._hooks.append(m.register_forward_hook(self._leave_hook()))
+        for i, (name, module) in enumerate((activations or {}).items()):
+            self._mon.add_activation(str(name), self._layer_of(module, layers, i))
+            self._hooks.append(module.register_forward_hook(self._activation_hook(str(name))))
+        self._tokens = []
+
+    @staticmethod
+    def _layer_of(module, layers, default):
+        """The attention layer a watched module belongs to: the one it is or contains, else its position."""
+        for i, (_, m, _) in enumerate(layers):
+            if m is not None and (m is module or any(x is m for x in module.modules())):
+                return i
+        return min(default, len(layers) - 1)
+
+    def _activation_hook(self, name):
+        def hook(module, inputs, output):
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            if isinstance(out, torch.Tensor):
+                self._mon.observe_activation(name, out)
+        return hook
+
+    def step_level(self):
+        """The level of the step whose forward runs next: "full" on multiples of full_every."""
+        if self._full_every and self._next_step % self._full_every == 0:
+            return "full"
+        return self._level
+
+    def _enter_hook(self, i):
+        def hook(module, inputs):
+            self._tokens.append((current_layer.set(self._base + i), current_level.set(self.step_level())))
+        return hook
+
+    def _leave_hook(self):
+        def hook(module, inputs, output):
+            if self._tokens:
+                layer_token, level_token = self._tokens.pop()
+                current_level.reset(level_token)
+                current_layer.reset(layer_token)
+        return hook
+
+    def record(self, step, loss, *, lr=0.0, grad_norm=float("nan")):
+        """One record per step; loss and grad_norm may be device tensors (never waited for).
+        Returns False when stop_on_nan is set and the loss is not finite."""
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach()
+        if isinstance(grad_norm, torch.Tensor):
+            grad_norm = grad_norm.detach()
+        self._next_step = int(step) + 1
+        return self._mon.record(int(step), loss, float(lr), grad_norm)
+
+    def layer_id(self, layer):
+        """The id to pass as lpdiag.attention(layer=...) for this Monitor's layer `layer` (only
+        needed where calls give the layer themselves; the Monitor's module hooks supply it)."""
+        return self._base + int(layer)
+
+    @property
+    def trace_path(self):
+        return self._mon.trace_path()
+
+    def close(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._mon.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
