@@ -101,6 +101,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torc
   check_tensor(v, "v", q);
   check_instrument(instrument);
   const AttentionConfig cfg = make_config(causal, policy, fix);
+  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, policy, cfg.fix.to_json());  // what ran, for the trace
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
     FlashForwardTensors f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);

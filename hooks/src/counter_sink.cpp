@@ -53,6 +53,27 @@ std::vector<std::int64_t> CounterSink::drain_orphans() {
   return out;
 }
 
+void CounterSink::report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Spec& s = specs_[layer];
+  if (s.policy != policy) s.policy = policy;
+  if (s.fix_json != fix_json) s.fix_json = fix_json;
+}
+
+bool CounterSink::reported_spec(std::int64_t layer, Spec& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = specs_.find(layer);
+  if (it == specs_.end()) return false;
+  out = it->second;
+  return true;
+}
+
+void CounterSink::clear_range(std::int64_t lo, std::int64_t hi) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(pending_.lower_bound(lo), pending_.lower_bound(hi));
+  specs_.erase(specs_.lower_bound(lo), specs_.lower_bound(hi));
+}
+
 namespace {
 struct Sessions {
   std::mutex mu;
@@ -69,6 +90,7 @@ std::int64_t acquire_session() {
   std::int64_t base = 0;
   while (sessions().held.count(base)) base += kSessionLayers;
   sessions().held.insert(base);
+  CounterSink::instance().clear_range(base, base + kSessionLayers);
   return base;
 }
 

@@ -140,6 +140,7 @@ void Monitor::set_attention_numerics(int64_t layer, std::string policy, std::str
   auto& a = layout_.attention[static_cast<std::size_t>(layer)];
   a.policy = std::move(policy);
   a.fix = parse_fix(fix).to_json();
+  declared_.insert(layer);
 }
 
 void Monitor::set_flush_every(int64_t records) {
@@ -300,6 +301,14 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
 }
 
 void Monitor::start() {
+  // Each layer's numerics as the op reported them (it ran before this first record); a layer the
+  // op has not run is recorded as external (attention lpdiag did not run), unless it was declared.
+  for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
+    auto& a = layout_.attention[l];
+    CounterSink::Spec s;
+    if (CounterSink::instance().reported_spec(session_base_ + a.layer_index, s)) a.policy = s.policy, a.fix = s.fix_json;
+    else if (!declared_.count(a.layer_index)) a.policy = "external", a.fix = R"({"kind":"none"})";
+  }
   open_writer();
   if (no_trace_) return;
   termination::install();
@@ -342,7 +351,8 @@ void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int
                            "have (%lld layers of %lld heads); they are not recorded\n",
                    static_cast<long long>(local), heads.size(), static_cast<long long>(layout_.attention.size()),
                    static_cast<long long>(n_head_));
-      writer_->add_event({r.step, "unregistered_layer", local, -1, NAN, "attention counters of a layer the Monitor does not have"});
+      writer_->add_event({r.step, "unregistered_layer", static_cast<std::int32_t>(local), -1, NAN,
+                          "attention counters of a layer the Monitor does not have"});
     }
   }
   for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
@@ -399,6 +409,15 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   r->scalars[1] = lr;
   scalar(grad_norm, &r->scalars[2], false);
   auto due = [&](const char* s) { return step % cadence_[s] == 0; };
+  // A layer whose numerics changed since the trace recorded them (the op's latest report).
+  for (auto& a : layout_.attention) {
+    CounterSink::Spec s;
+    if (CounterSink::instance().reported_spec(session_base_ + a.layer_index, s) && (s.policy != a.policy || s.fix_json != a.fix)) {
+      writer_->add_event({step, "attention_spec", static_cast<std::int32_t>(a.layer_index), -1, NAN,
+                          ("policy " + s.policy + " fix " + s.fix_json).substr(0, 120)});
+      a.policy = s.policy, a.fix = s.fix_json;  // reported once per change
+    }
+  }
   // This Monitor's session only, drained every step (kept when due); counters no live Monitor
   // holds are reported once each, not kept.
   fetch->counters = PendingCounters::take(stream_ ? &*stream_device_ : nullptr, session_base_, session_base_ + kSessionLayers);
@@ -407,7 +426,8 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       std::fprintf(stderr, "lpdiag.Monitor: attention counters arrived for layer id %lld, which no running Monitor holds; "
                            "they are not recorded (pass the layer the Monitor numbered, or run the model inside its Monitor)\n",
                    static_cast<long long>(orphan));
-      writer_->add_event({step, "unregistered_layer", orphan, -1, NAN, "attention counters of a layer no Monitor holds"});
+      writer_->add_event({step, "unregistered_layer", -1, -1, static_cast<double>(orphan),
+                          "attention counters of a layer id (value) no Monitor holds"});
     }
   fetch->counters_due = due("attention");
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;

@@ -79,6 +79,7 @@ class Monitor : public torch::CustomClassHolder {
   int64_t session_base_ = -1;
   bool session_released_ = false;
   std::set<int64_t> warned_layers_;
+  std::set<int64_t> declared_;  // layers set_attention_numerics was given
   struct Tracked;
   void open_writer();
   void start();  // at the first record: the writer, the groups, the side stream

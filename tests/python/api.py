@@ -74,7 +74,8 @@ with tempfile.TemporaryDirectory() as d:
         model = Model(attn)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         path = os.path.join(d, f"{kind}.h5")
-        with lpdiag.Monitor(path, model, policy="seed", flush_every=2) as mon:
+        # nanogpt declares the policy, hf does not: both traces must say what the op ran (seed).
+        with lpdiag.Monitor(path, model, **({"policy": "seed"} if kind == "nanogpt" else {}), flush_every=2) as mon:
             check(f"{kind}: two attention layers found", mon.layers == ["layers.0", "layers.1"], str(mon.layers))
             for step in range(4):
                 idx = torch.randint(0, 11, (2, T))
@@ -124,6 +125,28 @@ with tempfile.TemporaryDirectory() as d:
                       "unregistered_layer" in events, str(events))
     except ImportError:
         print("skip two Monitors: counters per trace (no h5py here)")
+
+# A layer whose attention lpdiag did not run is recorded as such ("external"), the other as the
+# op reported it, with nothing declared.
+class PlainAttn(NanoAttn):
+    def forward(self, x):
+        B = x.shape[0]
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.c_attn(x).split(C, 2))
+        p = torch.softmax((q @ k.transpose(-1, -2)) / (C // H) ** 0.5 + torch.full((T, T), -1e9).triu(1), -1)
+        return self.c_proj((p @ v).transpose(1, 2).reshape(B, T, C))
+
+
+with tempfile.TemporaryDirectory() as d:
+    model = Model(NanoAttn)
+    model.layers[1] = PlainAttn()
+    path = os.path.join(d, "mixed.h5")
+    with lpdiag.Monitor(path, model) as mon:
+        idx = torch.randint(0, 11, (2, T))
+        nn.functional.cross_entropy(model(idx).view(-1, 11), idx.view(-1)).backward()
+        mon.record(0, 1.0)
+    info = subprocess.run([LPDIAG, "info", path], capture_output=True, text=True).stdout
+    check("mixed model: the op's layer recorded as it ran (seed)", info.count("policy seed") == 1, info)
+    check("mixed model: the layer lpdiag did not run recorded as external", info.count("policy external") == 1, info)
 
 # The level's cadence: counters every step, full every 2nd (steps 0 and 2): only those records
 # carry the O error statistics (o_err_count > 0; -1 = not measured).

@@ -30,6 +30,16 @@ class CounterSink {
   std::map<std::int64_t, std::vector<HeadCounters>> drain_host(std::int64_t lo, std::int64_t hi);
   // Removes and returns the ids no live session holds (their counters have no Monitor to go to).
   std::vector<std::int64_t> drain_orphans();
+  // What the op ran for `layer`: its policy as the call gave it and the fix as JSON (the latest
+  // call's); the Monitor records these, not what it was told.
+  struct Spec {
+    std::string policy, fix_json;
+  };
+  void report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json);
+  bool reported_spec(std::int64_t layer, Spec& out);
+  // Forgets the counters and specs of ids in [lo, hi) (a session taken anew: a previous Monitor's
+  // leftovers are not the new one's).
+  void clear_range(std::int64_t lo, std::int64_t hi);
   // Returns and clears what arrived since the last drain, from the CPU and (copied now, which
   // waits for the device) from CUDA.
   std::map<std::int64_t, std::vector<HeadCounters>> drain();
@@ -39,6 +49,7 @@ class CounterSink {
  private:
   std::mutex mu_;
   std::map<std::int64_t, std::vector<HeadCounters>> pending_;
+  std::map<std::int64_t, Spec> specs_;
 };
 
 // Capture requests: the op saves q, k, v of a requested layer in forward and writes the capture

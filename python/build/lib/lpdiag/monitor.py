@@ -50,15 +50,17 @@ def discover(model):
 class Monitor:
     """See the module's doc. Options: n_head (when the modules do not say), cadence (a dict of
     signal -> every N steps: weights, updates, attention, activations), flush_every, compression
-    (0-9), stop_on_nan, policy/fix (what the model's lpdiag attention runs, recorded per layer;
-    "external:<backend>" when the model runs PyTorch's attention), run_config (a dict), roles,
+    (0-9), stop_on_nan, policy/fix (declared numerics, for layers the op has not run by the first
+    record: "external:<backend>" when the model runs PyTorch's attention; layers the op ran are
+    recorded as the op reports them, and a layer neither run nor declared as "external"),
+    run_config (a dict), roles,
     activations (a dict name -> module whose output's max |x| and rms are recorded, e.g. each
     transformer block), level ("counters" or "off": what lpdiag.attention calls without a level
     run) and full_every (N: the steps that are multiples of N run at "full" instead, the O and δ
     error statistics; e.g. counters every step, full every 50)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
-                 stop_on_nan=False, policy="fa2", fix="none", run_config=None, activations=None, level="counters",
+                 stop_on_nan=False, policy=None, fix="none", run_config=None, activations=None, level="counters",
                  full_every=None):
         load()
         if level not in ("off", "counters", "full"):
@@ -97,7 +99,8 @@ class Monitor:
             else:
                 for r in "qkv":
                     self._mon.add_matrix(f"{name}.{r}", f"attn_{r}", i, heads if r in "qk" else 0, w[r], 0, w[r].shape[0])
-            self._mon.set_attention_numerics(i, policy, fix)
+            if policy is not None:  # else the trace records what the op reports it ran
+                self._mon.set_attention_numerics(i, policy, fix)
         for signal, every in (cadence or {}).items():
             self._mon.set_cadence(signal, int(every))
         if flush_every is not None:
