@@ -31,7 +31,9 @@ else
 fi
 # pip install ./python (offline, no dependencies fetched), where pip and setuptools are present.
 if /usr/bin/python3 -m pip --version >/dev/null 2>&1 && /usr/bin/python3 -c "import setuptools" 2>/dev/null; then
-  /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps --no-index --target "$work/pip" "$src/../../../python" \
+  # From a copy: a build leaves build/ and *.egg-info beside pyproject.toml, not in the source tree.
+  cp -r "$src/../../../python" "$work/python-src"
+  /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps --no-index --target "$work/pip" "$work/python-src" \
     > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
   (cd "$work" && PYTHONPATH="$work/pip" /usr/bin/python3 -c "import lpdiag, os; assert lpdiag.__file__.startswith('$work/pip'), lpdiag.__file__; print('pip install ./python:', os.path.dirname(lpdiag.__file__))")
 else
