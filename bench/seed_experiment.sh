@@ -7,7 +7,11 @@
 #   the paper's 512-key tiles at block 1024), fa2/none, fp32 (PyTorch SDPA in fp32),
 # at lr 1e-3, and seed/none, seed/paper and fp32 at lr 4e-3 (the learning-rate search).
 # Then `lpdiag analyze` of every arm and `--reference` of each bf16 arm against its fp32 arm.
-#   bench/seed_experiment.sh [STEPS] [all|seed-1e-3]     needs corpus/kjv.txt (scripts/make-corpus; carry it)
+#   bench/seed_experiment.sh [STEPS] [all|seed-1e-3|search]     needs corpus/kjv.txt (scripts/make-corpus; carry it)
+# search runs seed/none, seed/paper and fp32 at each learning rate of LRS (default "6e-3 1e-2").
+# confirm runs every arm at LR (default 6e-3), seed 1: seed/none, seed/paper, seed/safe, fa2/none,
+# fp32 (SDPA) and fp32lp (lpdiag's fp32 kernels, which record logits and the trigger); and seed 2
+# (names ending -s2): seed/none, seed/paper, fp32.
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
 set -u
@@ -21,18 +25,34 @@ echo "== build $(date +%T)"
 ninja -C $B gpt2_train lpdiag_cli ${EXTRA_TARGETS:-} >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 [ -n "${PRE:-}" ] && eval "$PRE"
 G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 4 --n-head 4 --n-embd 256 --block 256 --batch 16 --autocast
-   --weight-decay 0 --text corpus/kjv.txt --instrument full --compression 6 --flush-every 50 --seed 1 --log-every 250
+   --weight-decay 0 --text corpus/kjv.txt --instrument full --compression 6 --flush-every 50 --log-every 250
    --weights-every 5 --no-activations --warmup 200 --steps $STEPS"
 run() {  # name, args...
   local name=$1; shift
-  timeout -s TERM "${RUN_LIMIT:-420}" $G "$@" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+  timeout -s TERM "${RUN_LIMIT:-420}" $G --seed "${RSEED:-1}" "$@" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
   echo "$name rc=$? $(grep -E "^trained|error|steady" "$OUT/$name.log" | tail -2 | tr '\n' ' ')"
 }
 echo "== runs $(date +%T)"
 S="--policy seed:tile=128"
+if [ "$ARMS" = confirm ]; then
+lr=${LR:-6e-3}
+for a in "seed-none $S" "seed-paper $S --fix paper" "seed-safe $S --fix safe" "fa2-none" "fp32lp-none --policy fp32" "fp32 --attention sdpa-fp32"; do
+  set -- $a; n=$1; shift; run $n-$lr --lr $lr "$@" &
+done
+for a in "seed-none $S" "seed-paper $S --fix paper" "fp32 --attention sdpa-fp32"; do
+  set -- $a; n=$1; shift; RSEED=2 run $n-$lr-s2 --lr $lr "$@" &
+done
+elif [ "$ARMS" = search ]; then
+for lr in ${LRS:-6e-3 1e-2}; do
+run seed-none-$lr --lr $lr $S &
+run seed-paper-$lr --lr $lr $S --fix paper &
+run fp32-$lr --lr $lr --attention sdpa-fp32 &
+done
+else
 run seed-none-1e-3 --lr 1e-3 $S &
 run seed-paper-1e-3 --lr 1e-3 $S --fix paper &
 run seed-safe-1e-3 --lr 1e-3 $S --fix safe &
+fi
 if [ "$ARMS" = all ]; then
 run fa2-none-1e-3 --lr 1e-3 &
 run fp32-1e-3 --lr 1e-3 --attention sdpa-fp32 &
