@@ -12,6 +12,8 @@
 # confirm runs every arm at LR (default 6e-3), seed 1: seed/none, seed/paper, seed/safe, fa2/none,
 # fp32 (SDPA) and fp32lp (lpdiag's fp32 kernels, which record logits and the trigger); and seed 2
 # (names ending -s2): seed/none, seed/paper, fp32.
+# seeds runs seed/none, seed/paper, seed/safe and fp32 at LR for each seed of SEEDS (default 3),
+# and seed/safe alone for each of SAFE_SEEDS (default 2).
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
 set -u
@@ -34,7 +36,15 @@ run() {  # name, args...
 }
 echo "== runs $(date +%T)"
 S="--policy seed:tile=128"
-if [ "$ARMS" = confirm ]; then
+if [ "$ARMS" = seeds ]; then
+lr=${LR:-6e-3}
+for sd in ${SEEDS:-3}; do
+  for a in "seed-none $S" "seed-paper $S --fix paper" "seed-safe $S --fix safe" "fp32 --attention sdpa-fp32"; do
+    set -- $a; n=$1; shift; RSEED=$sd run $n-$lr-s$sd --lr $lr "$@" &
+  done
+done
+for sd in ${SAFE_SEEDS:-2}; do RSEED=$sd run seed-safe-$lr-s$sd --lr $lr $S --fix safe & done
+elif [ "$ARMS" = confirm ]; then
 lr=${LR:-6e-3}
 for a in "seed-none $S" "seed-paper $S --fix paper" "seed-safe $S --fix safe" "fa2-none" "fp32lp-none --policy fp32" "fp32 --attention sdpa-fp32"; do
   set -- $a; n=$1; shift; run $n-$lr --lr $lr "$@" &
