@@ -25,6 +25,26 @@ current_level = contextvars.ContextVar("lpdiag_current_level", default=None)
 _warned_no_layer = False
 
 
+class _TracedState:
+    """The same two values while torch.compile traces the model: TorchDynamo cannot trace
+    ContextVar.set (a graph break, so fullgraph=True fails), but it traces attribute stores on a
+    plain object, and the op call then bakes the layer id into the graph."""
+    layer = None
+    level = None
+
+
+traced = _TracedState()
+
+
+def is_compiling():
+    """True while TorchDynamo traces (torch >= 2.0); False on torch 1.13, which has no compiler."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return compiler.is_compiling()
+    dynamo = getattr(torch, "_dynamo", None)
+    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+
+
 def check_arguments(q, k, v, scale):
     """What the op cannot see: the arguments' Python types and an explicit scale. Shapes, dtypes,
     devices, the policy, the fix and the level are the op's to check (one place: hooks/src/attention_op.cpp)."""
@@ -42,12 +62,13 @@ def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", le
     global _warned_no_layer
     check_arguments(q, k, v, scale)
     load()
+    compiling = is_compiling()
     if level is None:
-        level = current_level.get() or "counters"
+        level = (traced.level if compiling else current_level.get()) or "counters"
     if layer is None:
-        layer = current_layer.get()
+        layer = traced.layer if compiling else current_layer.get()
     if layer is None:
-        if level != "off" and not _warned_no_layer:
+        if level != "off" and not _warned_no_layer and not compiling:
             warnings.warn("lpdiag.attention: no layer given and no lpdiag.Monitor running this module; the counters of such "
                           "calls are not recorded (pass layer=, or run the model inside `with lpdiag.Monitor(...)`)")
             _warned_no_layer = True

@@ -19,7 +19,7 @@ import json
 import torch
 
 from ._library import load
-from .attention import current_layer, current_level
+from .attention import current_layer, current_level, is_compiling, traced
 
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
@@ -68,6 +68,7 @@ class Monitor:
         if full_every is not None and int(full_every) < 1:
             raise ValueError(f"lpdiag.Monitor: full_every must be a positive number of steps, got {full_every!r}")
         self._level, self._full_every, self._next_step = level, (int(full_every) if full_every else None), 0
+        self._step_level = self.step_level()  # kept as a string: what a compiled graph reads (and guards on)
         if roles is not None:
             mods = dict(model.named_modules())
             layers = [(name, mods.get(name), dict(w)) for name, w in roles.items()]
@@ -143,11 +144,17 @@ class Monitor:
 
     def _enter_hook(self, i):
         def hook(module, inputs):
-            self._tokens.append((current_layer.set(self._base + i), current_level.set(self.step_level())))
+            if is_compiling():  # TorchDynamo traces this store; it cannot trace ContextVar.set
+                traced.layer, traced.level = self._base + i, self._step_level
+                return
+            self._tokens.append((current_layer.set(self._base + i), current_level.set(self._step_level)))
         return hook
 
     def _leave_hook(self):
         def hook(module, inputs, output):
+            if is_compiling():
+                traced.layer = traced.level = None
+                return
             if self._tokens:
                 layer_token, level_token = self._tokens.pop()
                 current_level.reset(level_token)
@@ -162,6 +169,7 @@ class Monitor:
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = grad_norm.detach()
         self._next_step = int(step) + 1
+        self._step_level = self.step_level()
         return self._mon.record(int(step), loss, float(lr), grad_norm)
 
     def layer_id(self, layer):
