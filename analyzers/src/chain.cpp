@@ -150,10 +150,14 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   for (const auto& l : c.links)
     if (!l.present) c.missing_links.push_back(l.id);
 
-  if (c.run.healthy) c.findings.push_back("run verdict: healthy (no loss explosion or stall, no attention-logit explosion, all values finite)");
+  if (c.run.healthy)
+    c.findings.push_back(c.run.warnings.empty()
+                             ? "run verdict: healthy (no loss explosion or stall, no attention-logit explosion, all values finite)"
+                             : "run verdict: healthy (no loss explosion or stall, all values finite, the loss kept learning), with the warning below");
   else
     c.findings.push_back(fmt::format("run verdict: FAILED, {} from step {}: {}", c.run.failure.kind, c.run.failure.onset_step,
                                      c.run.failure.evidence));
+  for (const auto& w : c.run.warnings) c.findings.push_back(fmt::format("warning: {} from step {}: {}", w.kind, w.onset_step, w.evidence));
   if (full.rates_above_one > 0 || full.negative_norms > 0 || full.other_impossible > 0)
     c.findings.push_back(fmt::format("WARNING: the trace holds values that cannot be right, skipped as unmeasured: {} counters with more "
                                      "repeated-max rows than rows, {} negative spectral norms, {} others (counts below -1, negative "

@@ -3,8 +3,12 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+
+#include "lpdiag/analyzers/links.hpp"
+#include "series_tools.hpp"
 
 namespace lpdiag::analysis {
 namespace {
@@ -35,10 +39,20 @@ std::string describe(const RunVerdict& v) {
   return v.healthy ? std::string("healthy") : fmt::format("{} from step {}", v.failure.kind, v.failure.onset_step);
 }
 
+// Median finite loss of `t` over the bins whose step lies in [lo, hi].
+double loss_between(const BinnedTrace& t, std::int64_t lo, std::int64_t hi) {
+  const auto loss = loss_series(t);
+  std::vector<double> in;
+  for (int b = 0; b < t.bins; ++b)
+    if (t.bin_step(b) >= lo && t.bin_step(b) <= hi && std::isfinite(loss[b])) in.push_back(loss[b]);
+  return in.empty() ? NAN : tools::median(in);
+}
+
 }  // namespace
 
 ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
-                                           const std::string& run_config, const std::string& ref_config) {
+                                           const std::string& run_config, const std::string& ref_config, const BinnedTrace* run_t,
+                                           const BinnedTrace* ref_t) {
   ReferenceComparison r;
   r.path = ref_path;
   r.failed = !ref.run.healthy;
@@ -50,19 +64,38 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
           ? std::string()
           : fmt::format("; but the runs differ beyond the attention numerics ({}{}), so the comparison is weaker",
                         r.config_differences.front(), r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : "");
+  double a_loss = a.final_loss, b_loss = b.final_loss;
+  std::string at;  // where the losses were compared, when not at each run's own end
+  if (run_t && ref_t) {
+    const std::int64_t hi = std::min(run_t->last_step, ref_t->last_step), s0 = std::max(run_t->first_step, ref_t->first_step);
+    const std::int64_t lo = hi - std::max<std::int64_t>(0, (hi - s0) / 10);
+    const double x = loss_between(*run_t, lo, hi), y = loss_between(*ref_t, lo, hi);
+    if (std::isfinite(x) && std::isfinite(y)) {
+      a_loss = x, b_loss = y;
+      if (run_t->last_step != ref_t->last_step) at = fmt::format(" over steps {}..{}, which both runs reached", lo, hi);
+    }
+  }
+  const double rel = std::isfinite(a_loss) && std::isfinite(b_loss) && b_loss != 0 ? (a_loss - b_loss) / std::fabs(b_loss) : NAN;
   if (a.healthy) {
-    r.evidence = both + ": RUN did not fail, there is no failure to attribute" + cfg;
+    // Healthy by its own trace, yet clearly worse than the same run with other numerics: the
+    // numerics cost it, a degradation rather than a failure (the 5% of the case below).
+    if (b.healthy && rel > 0.05) {
+      r.attributable = true;
+      r.evidence = both + fmt::format(": RUN did not fail by its own trace, but its loss ended {:.0f}% above REF's ({:.4g} against {:.4g}{}): "
+                                      "a degradation the attention numerics caused",
+                                      100 * rel, a_loss, b_loss, at) + cfg;
+      return r;
+    }
+    r.evidence = both + ": RUN did not fail, there is no failure to attribute" +
+                 (std::isfinite(rel) ? fmt::format(" (final loss {:.4g} against {:.4g}{})", a_loss, b_loss, at) : std::string()) + cfg;
     return r;
   }
   // RUN failed on a signal REF did not record (logits, with PyTorch's own attention): REF's
   // "healthy" is then blind to that failure. Its loss decides: the same loss as RUN's means the
   // other numerics changed nothing; a clearly lower one means they saved the run.
   if (b.healthy && !observes(b, a.failure.kind)) {
-    const double rel = std::isfinite(a.final_loss) && std::isfinite(b.final_loss) && b.final_loss != 0
-                           ? (a.final_loss - b.final_loss) / std::fabs(b.final_loss)
-                           : NAN;
-    const std::string base = both + fmt::format(": REF does not record what RUN failed on ({}); final loss {:.4g} against {:.4g}",
-                                                a.failure.kind, a.final_loss, b.final_loss);
+    const std::string base = both + fmt::format(": REF does not record what RUN failed on ({}); final loss {:.4g} against {:.4g}{}",
+                                                a.failure.kind, a_loss, b_loss, at);
     if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
     else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower", 100 * rel) + cfg;
     else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare" + cfg;
@@ -71,8 +104,8 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   if (b.healthy) {
     r.attributable = true;
     r.evidence = both + ": the same run with other attention numerics did not fail" +
-                 (std::isfinite(a.final_loss) && std::isfinite(b.final_loss)
-                      ? fmt::format(" (final loss {:.4g} against {:.4g})", a.final_loss, b.final_loss)
+                 (std::isfinite(a_loss) && std::isfinite(b_loss)
+                      ? fmt::format(" (final loss {:.4g} against {:.4g})", a_loss, b_loss)
                       : std::string()) +
                  cfg;
     return r;

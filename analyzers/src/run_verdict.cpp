@@ -7,6 +7,12 @@
 //   softmax is one-hot. A small model at a high learning rate (docs/REPRODUCTION.md) rose to
 //   126 in its first 500 steps and settled at ~50 while its loss tracked the fp32 run's: a
 //   transient, not a collapse, so a peak alone does not make the verdict.
+//   And the logits must have cost the run its learning: the loss over the last tenth of the run
+//   less than 10% below the loss at its middle tenth. The failing corpus runs improved 2.0-6.8%
+//   over their second half (stall 2.0%, stall-safe 2.2%, explode 4.7-6.8%); every run that kept
+//   learning 12.6-42%, among them small models at lr 6e-3 whose logits reached 300-3,000 while
+//   their loss tracked the fp32 run's to within 3% (docs/REPRODUCTION.md, session 14). Growth
+//   with the loss still learning is a warning (RunVerdict::warnings), not a failure.
 // - loss_stall: the smoothed loss ends >= 15% and > 6 noise s.d. above its best, reached before
 //   the last fifth of the run (divergence from its own trend; a plateau alone is no failure).
 // - non_finite: the first infinite loss or nan_inf event.
@@ -35,6 +41,16 @@ std::vector<double> max_logit_series(const BinnedTrace& t) {
 }
 
 namespace {
+
+// 1 - loss(last tenth) / loss(middle tenth), medians of the finite bins; NaN where either is empty.
+double second_half_improvement(const std::vector<double>& loss) {
+  const int K = static_cast<int>(loss.size());
+  const auto mid = tools::finite_values(loss, K * 45 / 100, std::max(K * 45 / 100 + 1, K * 55 / 100));
+  const auto end = tools::finite_values(loss, K - std::max(1, K / 10), K);
+  if (mid.empty() || end.empty()) return tools::nan();
+  const double a = tools::median(mid), b = tools::median(end);
+  return a > 0 ? 1.0 - b / a : tools::nan();
+}
 
 bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSign& s) {
   const int K = t.bins, w = std::max(2, K / 10);
@@ -112,7 +128,18 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
   }
   if (c5.present && std::isfinite(c5.effect)) v.signs.push_back({"loss_explosion", c5.onset_step, c5.onset_bin, c5.evidence});
   FailureSign s;
-  if (logit_growth(t, v.logit_series, s)) v.signs.push_back(s);
+  if (logit_growth(t, v.logit_series, s)) {
+    const double gain = second_half_improvement(loss);
+    if (gain >= 0.10) {
+      s.evidence += fmt::format(", but the loss still fell {:.0f}% over the second half of the run (a failing run's stops learning): a warning, "
+                                "not a failure",
+                                100 * gain);
+      v.warnings.push_back(s);
+    } else {
+      if (std::isfinite(gain)) s.evidence += fmt::format("; the loss fell only {:.1f}% over the second half of the run", 100 * gain);
+      v.signs.push_back(s);
+    }
+  }
   if (loss_stall(t, loss, s)) v.signs.push_back(s);
   std::stable_sort(v.signs.begin(), v.signs.end(), [](const FailureSign& a, const FailureSign& b) { return a.onset_step < b.onset_step; });
   if (v.signs.empty()) return v;

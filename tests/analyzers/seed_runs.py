@@ -8,6 +8,12 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    chain (no W_Q growth singled out), an early warning; nothing to attribute against fp32;
  - seed/none at lr 1e-3: healthy, biased delta error from the first steps and the trigger, no chain;
  - fp32 at lr 4e-3: healthy, no attention counters (PyTorch's attention), check clean.
+ - lr 6e-3 (session 14, 2,500 steps, seed 1): seed/none and seed/paper healthy by their own
+   traces with an attention-logit warning (logits to 1,184 and 1,968 while the loss kept
+   falling 14% over the second half); against fp32 (SDPA, same seed and data order) seed/none's
+   loss ended 12% higher, a degradation attributable to the numerics (true), seed/paper's 2%
+   (nothing to attribute, null). Before session 14 the verdict called all three lpdiag arms
+   failed (attention_logit_growth from step 15).
    seed_runs.py LPDIAG_BINARY FIXTURE_DIR"""
 import os
 import subprocess
@@ -41,6 +47,17 @@ def main():
     ref = analyze(lpdiag, f"{d}/seed-none-4e-3.h5", "--reference", f"{d}/fp32-4e-3.h5")["reference"]
     check("seed-none-4e-3 against fp32-4e-3: nothing to attribute (null), the reference healthy",
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is False)
+    for name in ("seed-none-6e-3", "seed-paper-6e-3"):
+        j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
+        run, ref = j["run"], j["reference"]
+        check(f"{name}: healthy, with an attention_logit_growth warning",
+              run["healthy"] and [w["kind"] for w in run["warnings"]] == ["attention_logit_growth"])
+        check(f"{name}: no causal chain", not j["chain"]["found"])
+        want = True if name == "seed-none-6e-3" else None
+        check(f"{name} against fp32-6e-3: attributable {want} ({ref['evidence'][-120:]})",
+              ref["attributable_to_attention_numerics"] is want and ref["failed"] is False)
+    j = analyze(lpdiag, f"{d}/fp32-6e-3.h5")
+    check("fp32-6e-3: healthy, no warning (no logits recorded)", j["run"]["healthy"] and not j["run"]["warnings"])
     print("FAIL" if bad else "ok")
     return 1 if bad else 0
 

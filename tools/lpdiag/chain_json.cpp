@@ -48,9 +48,12 @@ nlohmann::json verdict_to_json(const analysis::RunVerdict& v) {
   };
   nlohmann::json signs = nlohmann::json::array();
   for (const auto& s : v.signs) signs.push_back(sign(s));
+  nlohmann::json warnings = nlohmann::json::array();
+  for (const auto& s : v.warnings) warnings.push_back(sign(s));
   return {{"healthy", v.healthy},
           {"failure", v.healthy ? nlohmann::json(nullptr) : sign(v.failure)},
           {"signs", signs},
+          {"warnings", warnings},
           {"final_loss", num(v.final_loss)},
           {"max_logit", v.max_logit >= 0 ? num(v.max_logit) : nlohmann::json(nullptr)}};
 }

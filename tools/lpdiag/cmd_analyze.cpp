@@ -24,8 +24,9 @@ struct AnalyzeArgs {
 void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
   std::cout << fmt::format("{} ({} file{}, {} records, steps {}..{})\n", t.files.front(), t.files.size(),
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
-  if (c.run.healthy) std::cout << "RUN HEALTHY\n";
+  if (c.run.healthy) std::cout << (c.run.warnings.empty() ? "RUN HEALTHY\n" : "RUN HEALTHY, with a warning\n");
   else std::cout << fmt::format("RUN FAILED: {} from step {}\n  {}\n", c.run.failure.kind, c.run.failure.onset_step, c.run.failure.evidence);
+  for (const auto& w : c.run.warnings) std::cout << fmt::format("  warning: {} from step {}: {}\n", w.kind, w.onset_step, w.evidence);
   if (c.found)
     std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f})\n", c.layer_index, c.head, c.confidence);
   else

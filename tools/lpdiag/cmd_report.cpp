@@ -120,6 +120,8 @@ int run_report(const ReportArgs& a) {
   html += c.run.healthy ? std::string("<h2 class=\"none\">Run healthy</h2>")
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
+  for (const auto& w : c.run.warnings)
+    html += fmt::format("<p class=\"open\"><b>Warning</b>: {} from step {}: {}</p>", html_escape(w.kind), w.onset_step, html_escape(w.evidence));
   html += c.found ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h3>", c.layer_index, c.head, c.confidence)
                   : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
                                               : "<h3 class=\"open\">No causal chain established for this failure</h3>");

@@ -16,7 +16,7 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
 }
 
 analysis::ReferenceComparison compare_runs(const AnalyzedRun& run, const std::string& ref_path, const AnalyzedRun& ref) {
-  return analysis::compare_with_reference(ref_path, run.c, ref.c, run.run_config, ref.run_config);
+  return analysis::compare_with_reference(ref_path, run.c, ref.c, run.run_config, ref.run_config, &run.t, &ref.t);
 }
 
 }  // namespace lpdiag::cli

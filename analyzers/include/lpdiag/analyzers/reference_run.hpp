@@ -18,7 +18,11 @@ struct ReferenceComparison {
 };
 
 // `run_config` / `ref_config`: the traces' run_config JSON (may be empty or not JSON).
+// `run_t` / `ref_t`: the binned traces, where at hand: the losses are then compared over the
+// last tenth of the steps both runs cover (a run cut short is not compared with the end of a
+// longer one); without them, each run's own final loss.
 ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
-                                           const std::string& run_config, const std::string& ref_config);
+                                           const std::string& run_config, const std::string& ref_config,
+                                           const BinnedTrace* run_t = nullptr, const BinnedTrace* ref_t = nullptr);
 
 }  // namespace lpdiag::analysis

@@ -22,6 +22,9 @@ struct RunVerdict {
   bool healthy = true;
   FailureSign failure;              // the primary sign (non-finite first, else the earliest)
   std::vector<FailureSign> signs;   // every sign found, in onset order
+  // Signs of trouble that did not stop the run learning (attention-logit growth while the loss
+  // kept falling): reported, never the verdict.
+  std::vector<FailureSign> warnings;
   double final_loss = 0;            // median of the finite loss over the last tenth (NaN if none)
   double max_logit = -1;            // over the run, -1 where the trace has no logit_max
   std::vector<double> logit_series; // max over heads per bin (NaN where unmeasured)
