@@ -12,7 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "monitor.hpp"
+#include "lpdiag/hooks/monitor.hpp"
 
 namespace {
 using clk = std::chrono::steady_clock;

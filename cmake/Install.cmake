@@ -23,6 +23,7 @@ if(TARGET lpdiag_torch)
   file(RELATIVE_PATH lpdiag_py_to_lib "/${LPDIAG_PYTHON_INSTALL_DIR}/lpdiag/lib" "/${CMAKE_INSTALL_LIBDIR}")
   set_target_properties(lpdiag_torch PROPERTIES INSTALL_RPATH "$ORIGIN/${lpdiag_py_to_lib}")
   install(TARGETS lpdiag_torch LIBRARY DESTINATION ${LPDIAG_PYTHON_INSTALL_DIR}/lpdiag/lib)
+  install(DIRECTORY hooks/include/lpdiag DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})  # the hooks' public headers
 endif()
 
 configure_package_config_file(cmake/lpdiagConfig.cmake.in

@@ -1,4 +1,5 @@
 #include "lpdiag/analyzers/binned_trace.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -84,7 +85,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
     std::int64_t heads;
   };
   std::vector<Att> atts;
-  for (const auto& a : r.layout().attention) atts.push_back({bt.layer_slot(a.layer_index), "/attention/" + a.name + "/", a.n_heads});
+  for (const auto& a : r.layout().attention) atts.push_back({bt.layer_slot(a.layer_index), schema::attention_group(a.name), a.n_heads});
   struct Q {
     std::size_t slot;
     std::string name;
@@ -94,7 +95,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   for (const MatrixSpec* m : r.matrices("attn_q"))
     if (m->layer_index >= 0 && std::count(bt.layers.begin(), bt.layers.end(), m->layer_index))
       qs.push_back({bt.layer_slot(m->layer_index), m->name, m->n_heads});
-  const bool has_loss = r.has_series("/scalars/loss");
+  const bool has_loss = r.has_series(schema::scalar_path("loss"));
 
   // Buffers reused across blocks; counts are read as stored (int64), sums as doubles.
   std::vector<std::int64_t> steps, rows, rep, oc, dc;
@@ -108,7 +109,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   std::int64_t prev = range.row0 > 0 ? r.steps(range.row0 - 1, 1)[0] : INT64_MIN;
   for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
     const std::int64_t m = std::min(kChunk, range.row1 - r0);
-    r.read_counts("/step", r0, m, steps);
+    r.read_counts(schema::kStepPath, r0, m, steps);
     check_step_order(r.path(), r0, steps.data(), static_cast<std::size_t>(m), prev);
     bin.resize(static_cast<std::size_t>(m));
     for (std::int64_t i = 0; i < m; ++i) {
@@ -119,7 +120,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       sb.last_step = std::max(sb.last_step, steps[i]);
     }
     if (has_loss) {
-      r.read_series("/scalars/loss", r0, m, loss);
+      r.read_series(schema::scalar_path("loss"), r0, m, loss);
       for (std::int64_t i = 0; i < m; ++i) {
         StepBin& sb = bt.steps[bin[i]];
         // NaN is the trace's "not measured"; an infinite loss is an explosion.
@@ -130,17 +131,17 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
     for (const Att& a : atts) {
       // Only the eight counters the links use (of seventeen).
       const std::string& g = a.group;
-      r.read_counts(g + "rows", r0, m, rows), r.read_counts(g + "repeated_max_rows", r0, m, rep);
+      r.read_counts(g + schema::kRows, r0, m, rows), r.read_counts(g + schema::kRepeatedMaxRows, r0, m, rep);
       if (bt.read_o_error) {
-        r.read_counts(g + "o_err_count", r0, m, oc), r.read_series(g + "o_err_sum", r0, m, os);
-        r.read_series(g + "o_err_sumsq", r0, m, oss);
+        r.read_counts(g + schema::kOErrCount, r0, m, oc), r.read_series(g + schema::kOErrSum, r0, m, os);
+        r.read_series(g + schema::kOErrSumsq, r0, m, oss);
       } else {
         oc.assign(static_cast<std::size_t>(m * a.heads), 0);
       }
-      r.read_counts(g + "delta_err_count", r0, m, dc), r.read_series(g + "delta_err_sum", r0, m, ds);
-      r.read_series(g + "delta_err_sumsq", r0, m, dss);
-      const bool logits = r.has_series(g + "logit_max");
-      if (logits) r.read_series(g + "logit_max", r0, m, lm);
+      r.read_counts(g + schema::kDeltaErrCount, r0, m, dc), r.read_series(g + schema::kDeltaErrSum, r0, m, ds);
+      r.read_series(g + schema::kDeltaErrSumsq, r0, m, dss);
+      const bool logits = r.has_series(g + schema::kLogitMax);
+      if (logits) r.read_series(g + schema::kLogitMax, r0, m, lm);
       // Rows of one bin are consecutive: sum them per head in `acc` (contiguous, where the
       // bins of one time step are a bin-count apart) and add each run's sums once.
       for (std::int64_t i = 0; i < m;) {
@@ -171,15 +172,15 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       }
     }
     for (const Q& q : qs) {
-      const std::string w = "/weights/" + q.name + "/", u = "/updates/" + q.name + "/";
-      r.read_series(w + "spectral_norm", r0, m, sig);
+      const std::string w = schema::weight_group(q.name), u = schema::update_group(q.name);
+      r.read_series(w + schema::kSpectralNorm, r0, m, sig);
       for (std::int64_t i = 0; i < m; ++i) {
         if (sig[i] < 0) ++bt.negative_norms;
         else if (measured(sig[i])) bt.layer_bins[q.slot * K + bin[i]].sigma_sum += sig[i], bt.layer_bins[q.slot * K + bin[i]].sigma_n += 1;
       }
       if (q.heads > 0) {
         bt.has_head_sigma = true;
-        r.read_series(w + "head_spectral_norm", r0, m, hs);
+        r.read_series(w + schema::kHeadSpectralNorm, r0, m, hs);
         for (std::int64_t i = 0; i < m; ++i)
           for (std::int64_t h = 0; h < std::min(q.heads, bt.heads); ++h) {
             const double v = hs[static_cast<std::size_t>(i * q.heads + h)];
@@ -189,8 +190,8 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
             b.sigma_sum += v, b.sigma_n += 1;
           }
       }
-      r.read_series(u + "concentration", r0, m, conc);
-      r.read_series(u + "similarity_prev", r0, m, sim);
+      r.read_series(u + schema::kConcentration, r0, m, conc);
+      r.read_series(u + schema::kSimilarityPrev, r0, m, sim);
       for (std::int64_t i = 0; i < m; ++i) {
         LayerBin& lb = bt.layer_bins[q.slot * K + bin[i]];
         // Both lie in [0, 1] by definition (TRACE_FORMAT.md); anything else is impossible.

@@ -10,7 +10,7 @@
 #include "clip.hpp"
 #include "data.hpp"
 #include "model.hpp"
-#include "monitor.hpp"
+#include "lpdiag/hooks/monitor.hpp"
 
 namespace {
 int train(int argc, char** argv) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "attention_op.hpp"
+#include "lpdiag/hooks/attention_op.hpp"
 #include "autocast.hpp"
 
 namespace gpt2 {

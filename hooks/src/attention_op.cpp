@@ -1,4 +1,4 @@
-#include "attention_op.hpp"
+#include "lpdiag/hooks/attention_op.hpp"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "monitor.hpp"
+#include "lpdiag/hooks/monitor.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -2,8 +2,8 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include "attention_op.hpp"
-#include "monitor.hpp"
+#include "lpdiag/hooks/attention_op.hpp"
+#include "lpdiag/hooks/monitor.hpp"
 #include "probe_ops.hpp"
 
 namespace {

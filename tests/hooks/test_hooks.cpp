@@ -5,7 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "attention_op.hpp"
+#include "lpdiag/hooks/attention_op.hpp"
 #include "catch_compat.hpp"
 #include "temp_dir.hpp"
 #include "lpdiag/attention/reference.hpp"
@@ -14,7 +14,7 @@
 #include "lpdiag/trace/trace_reader.hpp"
 #include "lpdiag/trace/trace_writer.hpp"
 #include "lpdiag/hooks/flash_tensors.hpp"
-#include "monitor.hpp"
+#include "lpdiag/hooks/monitor.hpp"
 
 using lpdiag::hooks::attention;
 using lpdiag::hooks::Monitor;

@@ -6,7 +6,7 @@
 #include "h5.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/numerics/convert.hpp"
-#include "trace_schema.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 namespace lpdiag {
 namespace {

@@ -1,6 +1,6 @@
 #include "event_type.hpp"
 
-#include "trace_schema.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 namespace lpdiag::h5 {
 

@@ -1,4 +1,5 @@
 #include "lpdiag/trace/preflight.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -76,14 +77,14 @@ void in_child(const std::string& path, unsigned seconds, const std::function<voi
 void touch_rows(const TraceReader& r, std::int64_t row0, std::int64_t n) {
   if (n <= 0) return;
   r.steps(row0, n);
-  for (const auto& s : r.layout().scalars) r.series("/scalars/" + s, row0, n);
+  for (const auto& s : r.layout().scalars) r.series(schema::scalar_path(s), row0, n);
   for (const auto& a : r.layout().attention) r.attention(a.layer_index, row0, n);
   for (const auto& m : r.layout().matrices) {
-    r.series("/weights/" + m.name + "/spectral_norm", row0, n);
-    if (m.n_heads > 0) r.series("/weights/" + m.name + "/head_spectral_norm", row0, n);
-    r.series("/updates/" + m.name + "/sigma1", row0, n);
+    r.series(schema::weight_group(m.name) + schema::kSpectralNorm, row0, n);
+    if (m.n_heads > 0) r.series(schema::weight_group(m.name) + schema::kHeadSpectralNorm, row0, n);
+    r.series(schema::update_group(m.name) + schema::kSigma1, row0, n);
   }
-  for (const auto& a : r.layout().activations) r.series("/activations/" + a.name + "/max_abs", row0, n);
+  for (const auto& a : r.layout().activations) r.series(schema::activation_group(a.name) + schema::kMaxAbs, row0, n);
 }
 
 // Every row's step, in blocks.

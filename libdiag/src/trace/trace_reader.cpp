@@ -10,7 +10,7 @@
 #include "event_type.hpp"
 #include "h5.hpp"
 #include "lpdiag/error.hpp"
-#include "trace_schema.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 namespace lpdiag {
 
@@ -113,10 +113,10 @@ void TraceReader::Impl::open() {
   meta.rank = h5::read_attr_i64(root, "rank", path);
   meta.world_size = h5::read_attr_i64(root, "world_size", path);
 
-  if (!h5::link_exists(root, "/step")) bad("missing dataset /step");
-  records = validate("/step", Elem::i64, 1);
-  widths["/step"] = 1;
-  integer_series.insert("/step");
+  if (!h5::link_exists(root, schema::kStepPath)) bad(std::string("missing dataset ") + schema::kStepPath);
+  records = validate(schema::kStepPath, Elem::i64, 1);
+  widths[schema::kStepPath] = 1;
+  integer_series.insert(schema::kStepPath);
   read_layout();
 }
 
@@ -157,12 +157,12 @@ void TraceReader::Impl::read_layout() {
     return h5::group_handle(H5Gopen2(root, g.c_str(), H5P_DEFAULT), h5::Failure::input, path, "opening group " + g);
   };
 
-  layout.scalars = children("/scalars");
-  for (const auto& s : layout.scalars) check_len("/scalars/" + s, Elem::f64, 1);
+  layout.scalars = children(schema::kScalars);
+  for (const auto& s : layout.scalars) check_len(schema::scalar_path(s), Elem::f64, 1);
 
-  for (const auto& name : children("/attention")) {
-    const std::string g = "/attention/" + name;
-    h5::Handle grp = open_group(g);
+  for (const auto& name : children(schema::kAttention)) {
+    const std::string g = schema::attention_group(name);
+    h5::Handle grp = open_group(schema::group_path(g));
     AttentionLayerSpec a;
     a.name = name;
     a.layer_index = h5::read_attr_i64(grp.get(), "layer_index", path);
@@ -171,13 +171,13 @@ void TraceReader::Impl::read_layout() {
     a.policy = h5::read_attr_string(grp.get(), "policy", path);
     a.fix = h5::read_attr_string(grp.get(), "fix", path);
     if (a.n_heads < 1 || a.n_heads > (1 << 20)) bad("attention layer " + name + " has n_heads " + std::to_string(a.n_heads));
-    for (const auto& f : schema::kHeadFields) check_len(g + "/" + f.name, f.elem, a.n_heads);
+    for (const auto& f : schema::kHeadFields) check_len(g + f.name, f.elem, a.n_heads);
     layout.attention.push_back(a);
   }
 
-  for (const auto& name : children("/weights")) {
-    const std::string g = "/weights/" + name;
-    h5::Handle grp = open_group(g);
+  for (const auto& name : children(schema::kWeights)) {
+    const std::string g = schema::weight_group(name);
+    h5::Handle grp = open_group(schema::group_path(g));
     MatrixSpec m;
     m.name = name;
     m.role = h5::read_attr_string(grp.get(), "role", path);
@@ -188,25 +188,25 @@ void TraceReader::Impl::read_layout() {
     m.n_heads = h5::read_attr_i64(grp.get(), "n_heads", path);
     m.source = h5::read_attr_string(grp.get(), "source", path);
     if (m.n_heads < 0 || m.n_heads > (1 << 20)) bad("matrix " + name + " has n_heads " + std::to_string(m.n_heads));
-    for (const char* s : schema::kWeightSeries) check_len(g + "/" + s, Elem::f64, 1);
-    if (m.n_heads > 0) check_len(g + "/head_spectral_norm", Elem::f64, m.n_heads);
-    const std::string u = "/updates/" + name;
-    for (const char* s : schema::kUpdateSeries) check_len(u + "/" + s, Elem::f64, 1);
+    for (const char* s : schema::kWeightSeries) check_len(g + s, Elem::f64, 1);
+    if (m.n_heads > 0) check_len(g + schema::kHeadSpectralNorm, Elem::f64, m.n_heads);
+    const std::string u = schema::update_group(name);
+    for (const char* s : schema::kUpdateSeries) check_len(u + s, Elem::f64, 1);
     layout.matrices.push_back(m);
   }
 
-  for (const auto& name : children("/activations")) {
-    const std::string g = "/activations/" + name;
-    h5::Handle grp = open_group(g);
+  for (const auto& name : children(schema::kActivations)) {
+    const std::string g = schema::activation_group(name);
+    h5::Handle grp = open_group(schema::group_path(g));
     ActivationSpec a;
     a.name = name;
     a.layer_index = h5::read_attr_i64(grp.get(), "layer_index", path);
-    for (const char* s : schema::kActivationSeries) check_len(g + "/" + s, Elem::f32, 1);
+    for (const char* s : schema::kActivationSeries) check_len(g + s, Elem::f32, 1);
     layout.activations.push_back(a);
   }
 
-  if (h5::link_exists(root, "/events")) {
-    h5::Handle d = open_dataset("/events");
+  if (h5::link_exists(root, schema::kEventsPath)) {
+    h5::Handle d = open_dataset(schema::kEventsPath);
     h5::Handle t = h5::type_handle(H5Dget_type(d.get()), h5::Failure::input, path, "type of /events");
     if (H5Tget_class(t.get()) != H5T_COMPOUND) bad("dataset /events is not a compound dataset");
     for (const char* member : {"step", "kind", "layer_index", "head", "value", "message"})
@@ -214,13 +214,13 @@ void TraceReader::Impl::read_layout() {
   }
 }
 
-std::int64_t TraceReader::Impl::read_step_length() const { return validate("/step", Elem::i64, 1); }
+std::int64_t TraceReader::Impl::read_step_length() const { return validate(schema::kStepPath, Elem::i64, 1); }
 
 void TraceReader::Impl::read_rows(const std::string& p, std::int64_t row0, std::int64_t n, hid_t mem_type,
                                   void* out) const {
   auto it = widths.find(p);
   if (it == widths.end()) {
-    if (p != "/step") throw InvalidArgument(path + ": no series " + p);
+    if (p != schema::kStepPath) throw InvalidArgument(path + ": no series " + p);
   }
   const std::int64_t width = it == widths.end() ? 1 : it->second;
   if (row0 < 0 || n < 0 || row0 + n > records)
@@ -271,7 +271,7 @@ std::int64_t TraceReader::refresh() {
 
 std::vector<std::int64_t> TraceReader::steps(std::int64_t row0, std::int64_t n) const {
   std::vector<std::int64_t> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
-  impl_->read_rows("/step", row0, n, H5T_NATIVE_INT64, out.data());
+  impl_->read_rows(schema::kStepPath, row0, n, H5T_NATIVE_INT64, out.data());
   return out;
 }
 
@@ -324,7 +324,7 @@ std::vector<HeadCounters> TraceReader::attention(std::int64_t layer_index, std::
     const std::size_t sz = schema::elem_size(f.elem);
     buf.resize(cells * sz);
     const hid_t mt = f.elem == Elem::i64 ? H5T_NATIVE_INT64 : f.elem == Elem::f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
-    impl_->read_rows("/attention/" + a->name + "/" + f.name, row0, n, mt, buf.data());
+    impl_->read_rows(schema::attention_group(a->name) + f.name, row0, n, mt, buf.data());
     for (std::size_t i = 0; i < cells; ++i)
       std::memcpy(reinterpret_cast<unsigned char*>(&out[i]) + f.offset, buf.data() + i * sz, sz);
   }
@@ -332,8 +332,8 @@ std::vector<HeadCounters> TraceReader::attention(std::int64_t layer_index, std::
 }
 
 std::int64_t TraceReader::event_count() const {
-  if (!h5::link_exists(impl_->file.get(), "/events")) return 0;
-  h5::Handle d = impl_->open_dataset("/events");
+  if (!h5::link_exists(impl_->file.get(), schema::kEventsPath)) return 0;
+  h5::Handle d = impl_->open_dataset(schema::kEventsPath);
   h5::Handle s = h5::space_handle(H5Dget_space(d.get()), h5::Failure::input, impl_->path, "space of /events");
   return H5Sget_simple_extent_npoints(s.get());
 }
@@ -343,7 +343,7 @@ std::vector<TraceEvent> TraceReader::events() const {
   const std::int64_t n = event_count();
   if (n == 0) return out;
   if (n > 100'000'000) throw InputError(impl_->path + ": /events claims " + std::to_string(n) + " rows");
-  h5::Handle d = impl_->open_dataset("/events");
+  h5::Handle d = impl_->open_dataset(schema::kEventsPath);
   const std::string& path = impl_->path;
   // HDF5 converts member by member, by name, into our struct.
   h5::Handle mt = h5::event_row_type(h5::Failure::input, path);

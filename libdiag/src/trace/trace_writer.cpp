@@ -21,7 +21,7 @@
 #include "event_type.hpp"
 #include "h5.hpp"
 #include "lpdiag/error.hpp"
-#include "trace_schema.hpp"
+#include "lpdiag/trace/trace_schema.hpp"
 
 namespace {
 // HDF5 closes every file still open when the process exits. A trace whose writes failed (a full
@@ -189,20 +189,20 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::write_attr_i64(root, "rank", header.rank, path);
   h5::write_attr_i64(root, "world_size", header.world_size, path);
 
-  step = make_column("/step", Elem::i64, 1, [](const TraceRecord& r, unsigned char* out) {
+  step = make_column(schema::kStepPath, Elem::i64, 1, [](const TraceRecord& r, unsigned char* out) {
     std::memcpy(out, &r.step, 8);
   });
 
-  make_group("/scalars");
+  make_group(schema::kScalars);
   for (std::size_t i = 0; i < layout.scalars.size(); ++i)
-    columns.push_back(make_column("/scalars/" + layout.scalars[i], Elem::f64, 1,
+    columns.push_back(make_column(schema::scalar_path(layout.scalars[i]), Elem::f64, 1,
                                   [i](const TraceRecord& r, unsigned char* out) { std::memcpy(out, &r.scalars[i], 8); }));
 
-  make_group("/attention");
+  make_group(schema::kAttention);
   for (std::size_t l = 0; l < layout.attention.size(); ++l) {
     const AttentionLayerSpec& a = layout.attention[l];
-    const std::string g = "/attention/" + a.name;
-    h5::Handle grp = make_group(g);
+    const std::string g = schema::attention_group(a.name);
+    h5::Handle grp = make_group(schema::group_path(g));
     h5::write_attr_i64(grp.get(), "layer_index", a.layer_index, path);
     h5::write_attr_i64(grp.get(), "n_heads", a.n_heads, path);
     h5::write_attr_i64(grp.get(), "head_dim", a.head_dim, path);
@@ -211,7 +211,7 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
     for (const schema::HeadField& f : schema::kHeadFields) {
       const std::size_t sz = schema::elem_size(f.elem);
       const std::size_t off = f.offset;
-      columns.push_back(make_column(g + "/" + f.name, f.elem, static_cast<hsize_t>(a.n_heads),
+      columns.push_back(make_column(g + f.name, f.elem, static_cast<hsize_t>(a.n_heads),
                                     [l, off, sz](const TraceRecord& r, unsigned char* out) {
                                       for (const HeadCounters& h : r.attention[l]) {
                                         std::memcpy(out, reinterpret_cast<const unsigned char*>(&h) + off, sz);
@@ -221,12 +221,12 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
     }
   }
 
-  make_group("/weights");
-  make_group("/updates");
+  make_group(schema::kWeights);
+  make_group(schema::kUpdates);
   for (std::size_t m = 0; m < layout.matrices.size(); ++m) {
     const MatrixSpec& s = layout.matrices[m];
-    for (const char* top : {"/weights/", "/updates/"}) {
-      h5::Handle grp = make_group(top + s.name);
+    for (const std::string& g : {schema::weight_group(s.name), schema::update_group(s.name)}) {
+      h5::Handle grp = make_group(schema::group_path(g));
       h5::write_attr_string(grp.get(), "role", s.role, path);
       h5::write_attr_i64(grp.get(), "layer_index", s.layer_index, path);
       h5::write_attr_i64(grp.get(), "rows", s.rows, path);
@@ -234,28 +234,28 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
       h5::write_attr_i64(grp.get(), "n_heads", s.n_heads, path);
       h5::write_attr_string(grp.get(), "source", s.source, path);
     }
-    const std::string w = "/weights/" + s.name + "/", u = "/updates/" + s.name + "/";
-    columns.push_back(make_column(w + "spectral_norm", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].spectral_norm, 8); }));
-    columns.push_back(make_column(w + "frobenius_norm", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].frobenius_norm, 8); }));
-    columns.push_back(make_column(w + "stable_rank", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].stable_rank, 8); }));
+    const std::string w = schema::weight_group(s.name), u = schema::update_group(s.name);
+    columns.push_back(make_column(w + schema::kSpectralNorm, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].spectral_norm, 8); }));
+    columns.push_back(make_column(w + schema::kFrobeniusNorm, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].frobenius_norm, 8); }));
+    columns.push_back(make_column(w + schema::kStableRank, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.weights[m].stable_rank, 8); }));
     if (s.n_heads > 0)
-      columns.push_back(make_column(w + "head_spectral_norm", Elem::f64, static_cast<hsize_t>(s.n_heads),
+      columns.push_back(make_column(w + schema::kHeadSpectralNorm, Elem::f64, static_cast<hsize_t>(s.n_heads),
                                     [m](const TraceRecord& r, unsigned char* o) {
                                       const auto& v = r.weights[m].head_spectral_norm;
                                       std::memcpy(o, v.data(), v.size() * 8);
                                     }));
-    columns.push_back(make_column(u + "sigma1", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].sigma1, 8); }));
-    columns.push_back(make_column(u + "concentration", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].concentration, 8); }));
-    columns.push_back(make_column(u + "similarity_prev", Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].similarity_prev, 8); }));
+    columns.push_back(make_column(u + schema::kSigma1, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].sigma1, 8); }));
+    columns.push_back(make_column(u + schema::kConcentration, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].concentration, 8); }));
+    columns.push_back(make_column(u + schema::kSimilarityPrev, Elem::f64, 1, [m](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.updates[m].similarity_prev, 8); }));
   }
 
-  make_group("/activations");
+  make_group(schema::kActivations);
   for (std::size_t i = 0; i < layout.activations.size(); ++i) {
-    const std::string g = "/activations/" + layout.activations[i].name;
-    h5::Handle grp = make_group(g);
+    const std::string g = schema::activation_group(layout.activations[i].name);
+    h5::Handle grp = make_group(schema::group_path(g));
     h5::write_attr_i64(grp.get(), "layer_index", layout.activations[i].layer_index, path);
-    columns.push_back(make_column(g + "/max_abs", Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].max_abs, 4); }));
-    columns.push_back(make_column(g + "/rms", Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].rms, 4); }));
+    columns.push_back(make_column(g + schema::kMaxAbs, Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].max_abs, 4); }));
+    columns.push_back(make_column(g + schema::kRms, Elem::f32, 1, [i](const TraceRecord& r, unsigned char* o) { std::memcpy(o, &r.activations[i].rms, 4); }));
   }
 
   // /events: compound, extendible.
@@ -265,7 +265,7 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
     h5::Handle space = h5::space_handle(H5Screate_simple(1, dims, maxdims), h5::Failure::write, path, "event dataspace");
     h5::Handle dcpl = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), h5::Failure::write, path, "event properties");
     h5::checked(H5Pset_chunk(dcpl.get(), 1, chunk), h5::Failure::write, path, "event chunking");
-    events = h5::dataset_handle(H5Dcreate2(file.get(), "/events", event_type.get(), space.get(), H5P_DEFAULT,
+    events = h5::dataset_handle(H5Dcreate2(file.get(), schema::kEventsPath, event_type.get(), space.get(), H5P_DEFAULT,
                                            dcpl.get(), H5P_DEFAULT),
                                 h5::Failure::write, path, "creating /events");
   }

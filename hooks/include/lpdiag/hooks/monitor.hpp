@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "lpdiag/trace/trace_writer.hpp"
-#include "matrix_group.hpp"
-#include "record_fetch.hpp"
-#include "stats_stream.hpp"
 
 namespace lpdiag::hooks {
+
+// The Monitor's private parts (hooks/src): declared only.
+struct MatrixGroup;
+struct RecordFetch;
+class StatsStream;
 
 class Monitor : public torch::CustomClassHolder {
  public:
