@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--level" && i + 1 < argc) {
       try {
-        g_level = lc::parse_instrument(argv[++i]);
+        g_level = lpdiag::parse_level(argv[++i]);
       } catch (const lpdiag::Error& e) {
         std::fprintf(stderr, "bench_attention: --level: %s\n", e.what());
         return 2;

@@ -59,11 +59,12 @@ cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 }  // namespace
 
 FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
-                                           const AttentionConfig& cfg, const std::string& instrument, int64_t layer) {
+                                           const AttentionSpec& spec, int64_t layer) {
+  const AttentionConfig& cfg = spec.config;
   check_cuda_args(q_in, cfg);
   const c10::cuda::CUDAGuard guard(q_in.device());
   const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
-  const lc::Instrument level = lc::parse_instrument(instrument.c_str());
+  const lc::Instrument level = spec.level;
   FlashForwardTensors out = allocate_forward(q_in, level);  // O in the caller's layout, whatever kernel_layout copied
   torch::Tensor scratch;
   lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : counters_for(layer, q.size(1), q, scratch);
@@ -79,14 +80,13 @@ FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torc
 
 std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, const torch::Tensor& k_in,
                                                    const torch::Tensor& v_in, const FlashForwardTensors& fwd,
-                                                   const torch::Tensor& dout, const AttentionConfig& cfg,
-                                                   const std::string& instrument, int64_t layer) {
+                                                   const torch::Tensor& dout, const AttentionSpec& spec, int64_t layer) {
+  const AttentionConfig& cfg = spec.config;
   const c10::cuda::CUDAGuard guard(q_in.device());
   const torch::Tensor q = kernel_layout(q_in), k = kernel_layout(k_in), v = kernel_layout(v_in);
   const torch::Tensor g = kernel_layout(dout.to(torch::kBFloat16));
   // Only "full" has backward work to report (the delta errors); other levels run the plain kernels.
-  const lc::Instrument level =
-      lc::parse_instrument(instrument.c_str()) == lc::Instrument::full ? lc::Instrument::full : lc::Instrument::off;
+  const lc::Instrument level = spec.level == Level::full ? Level::full : Level::off;
   const FlashBackwardTensors out = allocate_backward(q_in, k_in, v_in);
   torch::Tensor scratch;
   lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;

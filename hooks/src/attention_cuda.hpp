@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/hooks/flash_tensors.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
@@ -17,13 +17,12 @@ namespace lpdiag::hooks {
 
 // Returns O, L and (at "full") the residual, which the backward needs again.
 FlashForwardTensors cuda_attention_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const AttentionConfig& cfg, const std::string& instrument, int64_t layer);
+                                   const AttentionSpec& spec, int64_t layer);
 
 // Returns dq, dk, dv.
 std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                                    const FlashForwardTensors& fwd, const torch::Tensor& dout,
-                                                   const AttentionConfig& cfg, const std::string& instrument,
-                                                   int64_t layer);
+                                                   const AttentionSpec& spec, int64_t layer);
 
 // Every layer's device counters, one copy per device made on the current stream, after which
 // the accumulators are cleared (ordered after the copy). `bytes` holds H DeviceHeadCounters per

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/attention/engine.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
@@ -33,16 +34,16 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
   TORCH_CHECK(t.numel() > 0, "lpdiag::attention: ", name, " is empty");
 }
 
-AttentionConfig make_config(bool causal, const std::string& policy, const std::string& fix) {
-  AttentionConfig c;
+// The op's string arguments, parsed in one place (libdiag's AttentionSpec) into the typed spec.
+AttentionSpec make_spec(bool causal, const std::string& policy, const std::string& fix, const std::string& level) {
   try {
-    c = parse_policy_spec(policy);
-    c.fix = parse_fix(fix);
+    return parse_attention_spec(policy, fix, level, causal);
   } catch (const Error& e) {
-    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
+    std::string m = e.what();
+    if (m.rfind("instrumentation level must", 0) == 0) m = "instrument must" + m.substr(std::string("instrumentation level must").size());
+    TORCH_CHECK(false, "lpdiag::attention: ", m);
   }
-  c.causal = causal;
-  return c;
+  return {};  // not reached: TORCH_CHECK(false, ...) throws
 }
 
 std::vector<float> to_floats(const torch::Tensor& t) {
@@ -60,16 +61,16 @@ torch::Tensor from_floats(const std::vector<float>& x, const torch::Tensor& like
 }
 
 // The capture of DESIGN.md's replay: the layer's inputs, dO and outputs at the requested step.
-void write_capture_file(const CaptureRequest& req, int64_t layer, const AttentionConfig& cfg, const std::string& policy,
+void write_capture_file(const CaptureRequest& req, int64_t layer, const AttentionSpec& spec,
                         const torch::Tensor& q, std::vector<float> qf, std::vector<float> kf, std::vector<float> vf,
                         std::vector<float> gf, std::vector<float> o, std::vector<float> lse) {
   AttentionCapture c;
   c.step = req.step;
   c.layer_index = layer;
   c.layer = "layer " + std::to_string(layer);
-  c.policy = policy;
-  c.fix = cfg.fix.to_json();
-  c.causal = cfg.causal;
+  c.policy = spec.policy();
+  c.fix = spec.fix_json();
+  c.causal = spec.config.causal;
   c.scale = 1.0 / std::sqrt(double(q.size(3)));
   c.source_dtype = q.scalar_type() == torch::kBFloat16 ? "bfloat16" : "float32";
   c.B = q.size(0), c.H = q.size(1), c.N = q.size(2), c.d = q.size(3);
@@ -81,11 +82,6 @@ void write_capture_file(const CaptureRequest& req, int64_t layer, const Attentio
 }
 
 torch::Tensor no_tensor(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kFloat32)); }
-
-void check_instrument(const std::string& instrument) {
-  TORCH_CHECK(instrument == "off" || instrument == "counters" || instrument == "full",
-              "lpdiag::attention: instrument must be off, counters or full, got '", instrument, "'");
-}
 
 }  // namespace
 
@@ -99,22 +95,22 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torc
   check_tensor(q, "q", q);
   check_tensor(k, "k", q);
   check_tensor(v, "v", q);
-  check_instrument(instrument);
-  const AttentionConfig cfg = make_config(causal, policy, fix);
-  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, policy, cfg.fix.to_json());  // what ran, for the trace
+  const AttentionSpec spec = make_spec(causal, policy, fix, instrument);
+  const AttentionConfig& cfg = spec.config;
+  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, spec.policy(), spec.fix_json());  // what ran, for the trace
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
-    FlashForwardTensors f = cuda_attention_forward(q, k, v, cfg, instrument, instrument == "off" ? -1 : layer_index);
+    FlashForwardTensors f = cuda_attention_forward(q, k, v, spec, spec.level == Level::off ? -1 : layer_index);
     return {f.o, f.lse, f.residual.defined() ? f.residual : no_tensor(q)};
   }
 #endif
   const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
   AttentionOptions opt;
   opt.backward = false;
-  opt.instrument = instrument == "full";
+  opt.instrument = spec.level == Level::full;
   opt.threads = at::get_num_threads();
   const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, nullptr, q), opt);
-  if (instrument != "off" && layer_index >= 0) {
+  if (spec.level != Level::off && layer_index >= 0) {
     std::vector<HeadCounters> heads = run.heads;
     for (auto& h : heads) {
       // Errors are the backward's (delta) or "full" mode's (O) to report; zero means "none here".
@@ -134,15 +130,16 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torc
                                                                       c10::string_view policy_sv, c10::string_view fix_sv,
                                                                       c10::string_view instrument_sv, int64_t layer) {
   const std::string policy(policy_sv), fix(fix_sv), instrument(instrument_sv);
-  const AttentionConfig cfg = make_config(causal, policy, fix);
+  const AttentionSpec spec = make_spec(causal, policy, fix, instrument);
+  const AttentionConfig& cfg = spec.config;
   torch::Tensor g = dout.to(q.scalar_type());  // dO arrives in the output's dtype
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
     const torch::Tensor res = residual.numel() ? residual : torch::Tensor();
-    auto d = cuda_attention_backward(q, k, v, {o, lse, res}, g, cfg, instrument, layer);
+    auto d = cuda_attention_backward(q, k, v, {o, lse, res}, g, spec, layer);
     CaptureRequest req;
     if (layer >= 0 && CaptureBoard::instance().take(layer, req))
-      write_capture_file(req, layer, cfg, policy, q, to_floats(q), to_floats(k), to_floats(v), to_floats(g), to_floats(o),
+      write_capture_file(req, layer, spec, q, to_floats(q), to_floats(k), to_floats(v), to_floats(g), to_floats(o),
                          to_floats(lse));
     return {d[0], d[1], d[2]};
   }
@@ -150,10 +147,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torc
   const auto qf = to_floats(q), kf = to_floats(k), vf = to_floats(v), gf = to_floats(g);
   AttentionOptions opt;
   opt.backward = true;
-  opt.instrument = instrument == "full";
+  opt.instrument = spec.level == Level::full;
   opt.threads = at::get_num_threads();
   const AttentionRun run = run_attention(cfg, inputs(qf, kf, vf, &gf, q), opt);
-  if (instrument == "full" && layer >= 0) {
+  if (spec.level == Level::full && layer >= 0) {
     // The forward already reported the forward counters; add only what needs dO.
     std::vector<HeadCounters> d(run.heads.size());
     for (std::size_t h = 0; h < d.size(); ++h) {
@@ -168,7 +165,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torc
   }
   CaptureRequest req;
   if (layer >= 0 && CaptureBoard::instance().take(layer, req))
-    write_capture_file(req, layer, cfg, policy, q, qf, kf, vf, gf, run.o, run.lse);
+    write_capture_file(req, layer, spec, q, qf, kf, vf, gf, run.o, run.lse);
   return {from_floats(run.dq, q), from_floats(run.dk, k), from_floats(run.dv, v)};
 }
 

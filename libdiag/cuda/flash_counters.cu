@@ -9,14 +9,6 @@
 
 namespace lpdiag::cuda {
 
-Instrument parse_instrument(const char* name) {
-  const std::string n = name ? name : "";
-  if (n == "off") return Instrument::off;
-  if (n == "counters") return Instrument::counters;
-  if (n == "full") return Instrument::full;
-  throw Error("instrumentation level must be off, counters or full, got '" + n + "'");
-}
-
 HeadCounters to_head_counters(const DeviceHeadCounters& c) {
   HeadCounters h;
   h.rows = static_cast<std::int64_t>(c.rows);

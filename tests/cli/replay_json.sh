@@ -16,3 +16,11 @@ for x in r:
         assert k in x, k
 print("ok")
 PY
+# `recorded`: the capture's own spec (this one: fa2, fix "{}" = none), first in the list.
+out=$("$1" replay "$2" --policy recorded,seed --fix recorded --json)
+python3 - "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])["results"]
+assert [(x["policy"], x["fix"]) for x in r] == [("fa2", "none"), ("seed", "none")], r
+print("ok: recorded")
+PY

@@ -3,11 +3,15 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "lpdiag/hooks/attention_op.hpp"
 #include "catch_compat.hpp"
 #include "temp_dir.hpp"
+#include "lpdiag/attention/attention_spec.hpp"
+#include "lpdiag/attention/engine.hpp"
 #include "lpdiag/attention/reference.hpp"
 #include "lpdiag/hooks/counter_sink.hpp"
 #include "lpdiag/trace/capture.hpp"
@@ -257,6 +261,46 @@ TEST_CASE("Monitor: a resumed run's first step can be captured by number", "[hoo
   late->record(0, 1.0, 1e-3, 1.0);
   CHECK_THROWS(late->set_start_step(3));  // after the first record
   late->close();
+}
+
+// Issue 21 item 2: what the op ran is what the capture and the trace record, in the typed spec's
+// canonical form, and re-running that recorded spec (as `lpdiag replay --policy recorded --fix
+// recorded` does) gives back the recorded O bit for bit (the CPU engine is deterministic).
+TEST_CASE("a capture's recorded spec re-runs to the recorded output, bit for bit", "[hooks][monitor][spec]") {
+  lpdiag::hooks::CounterSink::instance().drain();
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  torch::manual_seed(seed);
+  auto mon = c10::make_intrusive<Monitor>(tmp("spec.h5"), 1, 2, 16, "{}", 0, 1);
+  mon->request_capture(0, 0);
+  // Integer-valued logits make repeated maxima (the paper fix engages); a random part the rest.
+  auto q = (torch::randint(-3, 4, {1, 2, 64, 16}) + 0.1 * torch::randn({1, 2, 64, 16})).to(torch::kBFloat16).requires_grad_(true);
+  auto k = torch::randint(-3, 4, {1, 2, 64, 16}).to(torch::kBFloat16).requires_grad_(true);
+  auto v = torch::randn({1, 2, 64, 16}).to(torch::kBFloat16).requires_grad_(true);
+  attention(q, k, v, true, "seed:tile=32", "paper:beta=3,tol=0.01", "counters", 0).to(torch::kFloat32).sum().backward();
+  mon->record(0, 1.0, 1e-3, 1.0);
+  mon->close();
+  const auto caps = captures_written(mon->trace_path());
+  REQUIRE(caps.size() == 1);
+  const lpdiag::AttentionCapture& c = caps[0];
+  CHECK(c.policy == "seed:tile=32");
+  const lpdiag::AttentionSpec spec = lpdiag::parse_attention_spec(c.policy, c.fix, "off", c.causal);
+  CHECK(spec.config.tile_k == 32);
+  CHECK(spec.config.fix.kind == lpdiag::FixConfig::Kind::paper);
+  CHECK(spec.config.fix.beta == 3.0);
+  CHECK(spec.config.fix.tol == 0.01);
+  const lpdiag::AttentionInputs in{c.q.data(), c.k.data(), c.v.data(), c.dout.data(), c.B, c.H, c.N, c.d};
+  lpdiag::AttentionOptions opt;
+  opt.backward = false;
+  const lpdiag::AttentionRun run = lpdiag::run_attention(spec.config, in, opt);
+  REQUIRE(run.o.size() == c.o.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < c.o.size(); ++i) differ += run.o[i] != c.o[i];
+  CHECK(differ == 0);
+  const lpdiag::TraceReader r(mon->trace_path());
+  REQUIRE(r.layout().attention.size() == 1);
+  CHECK(r.layout().attention[0].policy == "seed:tile=32");
+  CHECK(lpdiag::parse_fix(r.layout().attention[0].fix).beta == 3.0);
 }
 
 TEST_CASE("Monitor's capture trigger fires on a repeated-max rate above the threshold", "[hooks][monitor]") {

@@ -15,6 +15,7 @@
 
 #include "attention_report.hpp"
 #include "junit.hpp"
+#include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/attention/probe_families.hpp"
 #ifdef LPDIAG_HAVE_CUDA
 #include "lpdiag/cuda/device.hpp"
@@ -84,6 +85,7 @@ int run_probe(const ProbeArgs& a) {
   else if (a.causal == "no") causal_modes = {false};
   else throw InvalidArgument("--causal must be yes, no or both");
   if (!(a.fail_z > 0)) throw InvalidArgument("--fail-z must be > 0");
+  parse_level(a.level);  // --level: off, counters or full, checked before any kernel runs
 
   if (a.seeds < 1) throw InvalidArgument("--seeds must be >= 1");
 
@@ -163,7 +165,7 @@ int run_probe(const ProbeArgs& a) {
             AttentionConfig c = k.cfg;
             c.fix = f;
             c.causal = causal;
-            const AttentionRun run = cuda::run_attention_cuda(c, in, cuda::parse_instrument(a.level.c_str()), false);
+            const AttentionRun run = cuda::run_attention_cuda(c, in, parse_level(a.level), false);
             AttentionSummary s = summarize_output(k.name, f.name(), output_errors(ref, run.o.data(), pc.dout.data()));
             s.fix_json = f.to_json();
             for (const auto& h : run.heads) {

@@ -69,7 +69,27 @@ std::string FixConfig::to_json() const {
   return j.dump();
 }
 
+namespace {
+// The JSON form FixConfig::to_json writes (and the trace records): {"kind": ..., parameters}.
+FixConfig parse_fix_json(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_object() && j.empty()) return FixConfig{};  // "{}": a trace's default, no fix declared
+  if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
+    throw InvalidArgument("fix '" + text + "' is not a JSON object with a \"kind\"");
+  std::string t = j["kind"].get<std::string>(), sep = ":";
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "kind") continue;
+    if (!it.value().is_number()) throw InvalidArgument("fix '" + text + "': parameter '" + it.key() + "' is not a number");
+    nlohmann::json v = it.value();
+    t += sep + it.key() + "=" + v.dump();
+    sep = ",";
+  }
+  return parse_fix(t);
+}
+}  // namespace
+
 FixConfig parse_fix(const std::string& text) {
+  if (!text.empty() && text.front() == '{') return parse_fix_json(text);
   FixConfig f;
   const auto colon = text.find(':');
   const std::string kind = text.substr(0, colon);

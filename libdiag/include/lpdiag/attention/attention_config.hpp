@@ -39,7 +39,8 @@ struct FixConfig {
   std::string to_json() const;
 };
 
-// "none", "paper", "safe", "sr", "paper:beta=7,tol=1e-3", "safe:offset=0.5,tol=0", "sr:seed=7"
+// "none", "paper", "safe", "sr", "paper:beta=7,tol=1e-3", "safe:offset=0.5,tol=0", "sr:seed=7",
+// or the JSON to_json writes ({"kind":"paper","beta":7,"tol":0.001}): the same config back.
 FixConfig parse_fix(const std::string& text);
 
 struct AttentionConfig {

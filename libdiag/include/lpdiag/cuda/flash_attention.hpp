@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "lpdiag/attention/attention_config.hpp"
+#include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/trace/head_counters.hpp"
 
 namespace lpdiag::cuda {
 
-enum class Instrument { off = 0, counters = 1, full = 2 };
+// The instrumentation level: the one enum the CPU engine and the kernels share (attention_spec.hpp).
+using Instrument = lpdiag::Level;
 constexpr int kernel_key_tile = 64;  // the key tile: the online-softmax rescaling points
-Instrument parse_instrument(const char* name);  // "off", "counters", "full"; throws Error otherwise
 
 // One head's counters as the kernels accumulate them on the device (never cleared by a kernel;
 // clear_counters zeroes them). logit_max_key is the float's order-preserving unsigned encoding
