@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
     if (a == "--check") do_check = true;
     else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--only" && i + 1 < argc) only = std::stoi(argv[++i]);  // one shape (0, 1, 2), for the profiler
+    else if (a == "--only" && i + 1 < argc) only = std::stoi(argv[++i]);  // one shape (0..5), for the profiler
     else if (a == "--ours-only") ours_only = true;
     else if (a == "--require-targets") require_targets = true;
     else if (a == "--bwd-keys" && i + 1 < argc) g_bwd_key_block = std::stoi(argv[++i]);  // 64 or 128 (0: default)
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0|1|2] [--ours-only] [--bwd-keys 64|128] "
+                   "usage: bench_attention [--check] [--reps N] [--json FILE] [--only 0..5] [--ours-only] [--bwd-keys 64|128] "
                    "[--level off|counters|full] [--fixes none,sr] [--require-targets]\n");
       return 2;
     }
@@ -281,7 +281,9 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<std::uint64_t>(std::random_device{}()));
   if (do_check) return check(json_path);
   std::vector<Row> all;
-  const std::vector<Shape> shapes = {{16, 12, 1024, 64, true}, {4, 16, 4096, 128, true}, {4, 16, 4096, 128, false}};
+  // GPT-2 small (causal and not), d128 at 4k both ways, and d128 causal at 8k and 16k (issue 22).
+  const std::vector<Shape> shapes = {{16, 12, 1024, 64, true}, {16, 12, 1024, 64, false}, {4, 16, 4096, 128, true},
+                                     {4, 16, 4096, 128, false}, {2, 16, 8192, 128, true},  {1, 16, 16384, 128, true}};
   for (std::size_t x = 0; x < shapes.size(); ++x) {
     if (only >= 0 && static_cast<std::size_t>(only) != x) continue;
     auto r = time_shape(shapes[x], reps, ours_only);
@@ -297,20 +299,20 @@ int main(int argc, char** argv) {
                             {"fwd_tflops", r.fwd_tflops}, {"bwd_tflops", r.bwd_tflops}, {"total_tflops", r.total_tflops}});
     timings.push_back({r.shape, r.impl, r.fwd_ms, r.bwd_ms});
   }
-  // The issue's targets on fwd+bwd time: counters >= 1.0x SDPA flash, counters <= +5% and
-  // full <= +30% over off.
+  // The issue's targets on fwd+bwd time (attention_targets.hpp): counters >= 1.0x SDPA cuDNN,
+  // counters <= +5% and full <= +25% over off; counters vs SDPA flash reported, not gating.
   int missed = 0;
   std::printf("\ntargets (fwd+bwd time)\n");
   for (const auto& c : lpdiag::bench::check_targets(timings)) {
-    const bool ratio = c.target == "counters vs sdpa flash";
-    if (ratio)
-      std::printf("%-28s %-24s %7.3fx  limit >= %.2fx  %s\n", c.shape.c_str(), c.target.c_str(), c.value, c.limit,
-                  c.met ? "met" : "MISSED");
+    const char* verdict = c.met ? "met" : c.gating ? "MISSED" : "below (not a target)";
+    if (c.ratio())
+      std::printf("%-28s %-24s %7.3fx  limit >= %.2fx  %s\n", c.shape.c_str(), c.target.c_str(), c.value, c.limit, verdict);
     else
       std::printf("%-28s %-24s %+6.1f%%  limit <= +%.0f%%  %s\n", c.shape.c_str(), c.target.c_str(), 100 * c.value,
-                  100 * c.limit, c.met ? "met" : "MISSED");
-    missed += !c.met;
-    json["targets"].push_back({{"shape", c.shape}, {"target", c.target}, {"value", c.value}, {"limit", c.limit}, {"met", c.met}});
+                  100 * c.limit, verdict);
+    missed += c.gating && !c.met;
+    json["targets"].push_back(
+        {{"shape", c.shape}, {"target", c.target}, {"value", c.value}, {"limit", c.limit}, {"met", c.met}, {"gating", c.gating}});
   }
   if (!json_path.empty()) std::ofstream(json_path) << json.dump(1) << "\n";
   return require_targets && missed > 0 ? 1 : 0;

@@ -1,6 +1,8 @@
 // The CUDA kernels issue's speed targets, checked from bench_attention's timings (fwd + bwd
-// time per shape): counters at least as fast as SDPA flash, counters at most 5% and full at most
-// 30% over off. Pure arithmetic, no torch or CUDA, so that the unit tests run everywhere.
+// time per shape): counters at least as fast as SDPA's cuDNN backend (what PyTorch 2.11 runs by
+// default on the H200), counters at most 5% and full at most 25% over off (issue 22). Counters
+// against SDPA flash, the earlier baseline, is reported but no longer gates. Pure arithmetic, no
+// torch or CUDA, so that the unit tests run everywhere.
 #pragma once
 #include <map>
 #include <string>
@@ -14,10 +16,12 @@ struct Timing {
 };
 
 struct TargetCheck {
-  std::string shape, target;  // target: "counters vs sdpa flash", "counters over off", "full over off"
+  std::string shape, target;  // "counters vs sdpa cudnn", "counters vs sdpa flash", "counters over off", "full over off"
   double value;               // speed ratio (>= limit passes) or fractional overhead (<= limit passes)
   double limit;
   bool met;
+  bool gating = true;         // counts for --require-targets
+  bool ratio() const { return target.find(" vs ") != std::string::npos; }
 };
 
 // One check per target and shape whose rows are all present (a shape timed with --ours-only
@@ -33,10 +37,14 @@ inline std::vector<TargetCheck> check_targets(const std::vector<Timing>& rows) {
   for (const std::string& s : shapes) {
     const auto& m = total[s];
     auto has = [&](const char* impl) { return m.count(impl) > 0 && m.at(impl) > 0.0; };
-    if (has("lpdiag counters") && has("sdpa flash")) {
-      const double r = m.at("sdpa flash") / m.at("lpdiag counters");
-      out.push_back({s, "counters vs sdpa flash", r, 1.0, r >= 1.0});
-    }
+    // Counters against an SDPA backend: at least as fast.
+    auto versus = [&](const char* impl, bool gating) {
+      if (!has("lpdiag counters") || !has(impl)) return;
+      const double r = m.at(impl) / m.at("lpdiag counters");
+      out.push_back({s, std::string("counters vs ") + impl, r, 1.0, r >= 1.0, gating});
+    };
+    versus("sdpa cudnn", true);
+    versus("sdpa flash", false);
     // An instrumentation level's fractional cost over off, at most `limit`.
     auto overhead = [&](const char* level, const char* impl, double limit) {
       if (!has(impl) || !has("lpdiag off")) return;
@@ -44,7 +52,7 @@ inline std::vector<TargetCheck> check_targets(const std::vector<Timing>& rows) {
       out.push_back({s, std::string(level) + " over off", o, limit, o <= limit});
     };
     overhead("counters", "lpdiag counters", 0.05);
-    overhead("full", "lpdiag full", 0.30);
+    overhead("full", "lpdiag full", 0.25);
   }
   return out;
 }
