@@ -172,6 +172,28 @@ class Monitor:
         self._step_level = self.step_level()
         return self._mon.record(int(step), loss, float(lr), grad_norm)
 
+    def request_capture(self, layer, step):
+        """Save attention layer `layer`'s inputs (q, k, v, and dO from its backward) and its output at
+        training step `step` into a capture file beside the trace (NAME.capture.<step>.<layer>.h5,
+        named by a `capture_written` event), for `lpdiag replay` to re-run offline under other
+        numerics (`--policy recorded --fix recorded` re-runs what ran). `layer` counts this
+        Monitor's attention layers from 0 (see `layers`)."""
+        layer, step = int(layer), int(step)
+        if not 0 <= layer < len(self.layers):
+            raise ValueError(f"lpdiag.Monitor.request_capture: layer must be in [0, {len(self.layers)}), got {layer}")
+        if step < 0:
+            raise ValueError(f"lpdiag.Monitor.request_capture: step must be >= 0, got {step}")
+        self._mon.request_capture(layer, step)
+
+    def capture_on_trigger(self, rate, max_captures=1):
+        """Capture a layer at the first step whose rate of rows with a repeated maximum exceeds
+        `rate` (in (0, 1]), at most `max_captures` times."""
+        if not 0 < float(rate) <= 1:
+            raise ValueError(f"lpdiag.Monitor.capture_on_trigger: rate must be in (0, 1], got {rate}")
+        if int(max_captures) < 1:
+            raise ValueError(f"lpdiag.Monitor.capture_on_trigger: max_captures must be >= 1, got {max_captures}")
+        self._mon.set_capture_trigger(float(rate), int(max_captures))
+
     def layer_id(self, layer):
         """The id to pass as lpdiag.attention(layer=...) for this Monitor's layer `layer` (only
         needed where calls give the layer themselves; the Monitor's module hooks supply it)."""

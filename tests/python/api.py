@@ -4,6 +4,7 @@ whose attention calls lpdiag.attention without a layer index train 4 steps insid
 `with lpdiag.Monitor(path, model)`; the trace must hold every layer's counters (rows > 0 in each,
 so no layer's calls were dropped), the q/k/v weights the Monitor found, and the policy the model
 ran. Bad arguments must raise with a message naming them. Seed printed."""
+import json
 import os
 import random
 import subprocess
@@ -166,6 +167,37 @@ with tempfile.TemporaryDirectory() as d:
               n[0] > 0 and n[2] > 0 and n[1] < 0 and n[3] < 0)
     except ImportError:
         print("skip full_every: per-record O errors (no h5py here)")
+# A capture from Python, replayed offline: mon.request_capture(layer, step) writes layer 1's inputs
+# and output at step 2 beside the trace; `lpdiag replay --policy recorded --fix recorded` re-runs
+# what ran there (seed, no fix) and gets the recorded output back bit for bit, so its O error
+# statistics equal the recorded row's exactly.
+with tempfile.TemporaryDirectory() as d:
+    model = Model(NanoAttn)
+    path = os.path.join(d, "cap.h5")
+    with lpdiag.Monitor(path, model) as mon:
+        mon.request_capture(1, 2)
+        for step in range(4):
+            idx = torch.randint(0, 11, (2, T))
+            nn.functional.cross_entropy(model(idx).view(-1, 11), idx.view(-1)).backward()
+            mon.record(step, 1.0)
+    cap = os.path.join(d, "cap.capture.2.1.h5")
+    check("request_capture: the capture of layer 1 at step 2 written", os.path.exists(cap), str(os.listdir(d)))
+    if os.path.exists(cap):
+        out = subprocess.run([LPDIAG, "replay", cap, "--policy", "recorded", "--fix", "recorded", "--json"], capture_output=True, text=True)
+        try:
+            j = json.loads(out.stdout)
+            r, rec = j["results"][0], j["recorded"]
+            check(f"replay of the recorded spec: {r['policy']} / {r['fix']}", (r["policy"], r["fix"]) == ("seed", "none"))
+            check(f"replay of the recorded spec gives the recorded O (o_err_z {r['o_err_z']} vs {rec['o_err_z']})",
+                  all(r[k] == rec[k] for k in ("o_err_mean", "o_err_z", "o_err_rms")))
+        except (ValueError, KeyError, IndexError) as e:
+            check("replay --policy recorded --fix recorded --json", False, f"{e}: {out.stdout[:300]} {out.stderr[:300]}")
+    try:
+        mon.request_capture(2, 0)
+        check("request_capture of a layer the Monitor does not have: raises", False, "no error")
+    except ValueError as e:
+        check("request_capture of a layer the Monitor does not have: raises naming it", "layer must be in [0, 2)" in str(e), str(e))
+
 try:
     lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"bad-{seed}.h5"), Model(NanoAttn), full_every=0)
     check("full_every=0 refused", False, "no error")
