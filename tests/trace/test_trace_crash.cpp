@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -208,4 +209,64 @@ TEST_CASE("stop_on_error: a write failure throws WriteError to the caller", "[tr
     return 1;  // the failure never reached the caller
   });
   CHECK(rc == 0);
+}
+
+// A writer killed while it creates the file (its groups and datasets; here ~2,600 of them) leaves
+// the trace path as it was: absent when there was none, the old trace whole
+// when there was one. Only its NAME.creating.<pid> file is left. Killed at a random moment within
+// the creation as timed here first (seed printed), so some kills land after it and find the new
+// trace in place.
+TEST_CASE("SIGKILL while the trace is being created: the path is never a half-made trace", "[trace][crash]") {
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  { TraceWriter timing(temp_path("creating-timing.h5"), fixture_layout(150, 2)); }
+  const auto create_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("seed %u; creating the trace takes %.3f s\n", seed, create_us / 1e6);
+  for (int trial = 0; trial < 6; ++trial) {
+    const bool old_trace = trial % 2;
+    const std::string path = temp_path(old_trace ? "creating-old.h5" : "creating-new.h5");
+    std::filesystem::remove(path);
+    const TraceLayout small = fixture_layout(2, 2);
+    if (old_trace) {
+      TraceWriter w(path, small);
+      for (int s = 0; s < 7; ++s) w.append(fixture_record(small, s));
+      w.close();
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        TraceWriter w(path, fixture_layout(150, 2));  // 150 attention layers x 17 per-head datasets
+      } catch (...) {
+      }
+      _exit(0);
+    }
+    const std::string building = path + ".creating." + std::to_string(pid);
+    for (int i = 0; i < 2000 && !std::filesystem::exists(building); ++i) usleep(1000);
+    REQUIRE(std::filesystem::exists(building));  // creation under way
+    usleep(static_cast<useconds_t>(rng() % static_cast<unsigned>(1 + 1.2 * create_us)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    // Killed before publishing: the path as it was. After (the child may still be closing): the
+    // new trace, whole. Never anything else.
+    const bool published = !std::filesystem::exists(building);
+    INFO("old trace " << old_trace << ", killed " << (WIFSIGNALED(status) ? "by the signal" : "after exiting") << ", "
+                      << (published ? "after" : "before") << " the new trace was put in place");
+    if (!published) {
+      if (old_trace) {
+        const TraceReader r(path);
+        CHECK(r.records() == 7);
+        CHECK(r.layout().attention.size() == 2);
+      } else {
+        CHECK_FALSE(std::filesystem::exists(path));
+      }
+      std::filesystem::remove(building);
+    } else {
+      const TraceReader r(path);
+      CHECK(r.layout().attention.size() == 150);
+      CHECK(r.records() == 0);
+    }
+    std::filesystem::remove(path);
+  }
 }

@@ -5,7 +5,9 @@
 #include <csignal>
 #include "lpdiag/trace/writer_lock.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <csignal>
@@ -13,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <limits>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -80,7 +83,12 @@ struct Column {
 
 struct TraceWriter::Impl {
   std::string path;
-  std::unique_ptr<WriterLock> lock;  // held from before the file is truncated until close
+  std::unique_ptr<WriterLock> lock;  // of the trace at `path`: an old one from the start, ours from publish() to close
+  // The new trace is built at build_path (beside `path`) and renamed onto `path` only when every
+  // group and dataset exists and SWMR is on: a writer killed while creating leaves `path` as it
+  // was (absent, or the old trace whole) and a stray NAME.creating.<pid> file, never a half-made trace.
+  std::string build_path;
+  std::unique_ptr<WriterLock> build_lock;
   TraceLayout layout;
   TraceWriterOptions opt;
   h5::Handle file;
@@ -99,6 +107,7 @@ struct TraceWriter::Impl {
   std::int64_t dropped = 0;
 
   void create(const TraceHeader& header);
+  void publish();
   h5::Handle make_group(const std::string& p);
   Column make_column(const std::string& p, Elem e, hsize_t width, Extract ex);
   void write_column(Column& c);
@@ -118,6 +127,26 @@ void TraceWriter::Impl::abandon() {
   file.abandon();
   H5Eclear2(H5E_DEFAULT);
   lock.reset();
+  build_lock.reset();
+}
+
+void TraceWriter::Impl::publish() {
+  if (!lock->holds()) {
+    // No trace was at `path` when this one began: take the name only while it is still free
+    // (another writer may have published there meanwhile, and a live trace is never replaced).
+    if (::renameat2(AT_FDCWD, build_path.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) {
+      lock = std::move(build_lock), build_path.clear();
+      return;
+    }
+    const int err = errno;
+    if (err == EEXIST && WriterLock::held_by_another(path))
+      throw WriteError(path + ": another writer began recording this trace meanwhile; it was left untouched (give this run another path)");
+    if (err != EEXIST && err != EINVAL && err != ENOSYS)  // EINVAL / ENOSYS: no RENAME_NOREPLACE here, rename below
+      throw WriteError(path + ": cannot put the new trace in place (" + std::strerror(err) + ")");
+  }
+  if (::rename(build_path.c_str(), path.c_str()) != 0)
+    throw WriteError(path + ": cannot put the new trace in place (" + std::strerror(errno) + ")");
+  lock = std::move(build_lock), build_path.clear();  // the old trace's lock goes with its inode
 }
 
 h5::Handle TraceWriter::Impl::make_group(const std::string& p) {
@@ -158,7 +187,11 @@ Column TraceWriter::Impl::make_column(const std::string& p, Elem e, hsize_t widt
 
 void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::silence_errors();
-  lock = std::make_unique<WriterLock>(path);  // a live trace of another writer is never truncated
+  // A live trace of another writer is refused; an old one is held (so no other writer takes it)
+  // until the new one replaces it.
+  lock = std::make_unique<WriterLock>(WriterLock::if_exists(path));
+  build_path = path + ".creating." + std::to_string(::getpid());
+  build_lock = std::make_unique<WriterLock>(build_path);
   // Past a file-size limit (ulimit -f) the kernel kills a writer with SIGXFSZ unless it is
   // ignored; ignored, write() fails with EFBIG and the writer reports it and drops records.
   // Only a default disposition is changed, never a handler the program installed.
@@ -178,7 +211,7 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::Handle fcpl = h5::plist_handle(H5Pcreate(H5P_FILE_CREATE), h5::Failure::write, path, "file creation properties");
   h5::checked(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1), h5::Failure::write, path, "paged file space");
   h5::checked(H5Pset_file_space_page_size(fcpl.get(), 4096), h5::Failure::write, path, "file space page size");
-  file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), h5::Failure::write, path,
+  file = h5::file_handle(H5Fcreate(build_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), h5::Failure::write, path,
                          "cannot create the trace file (check the directory exists and is writable)");
   const hid_t root = file.get();
   h5::write_attr_string(root, "lpdiag_format", schema::kFormat, path);
@@ -273,6 +306,7 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing the new trace");
   if (opt.swmr)
     h5::checked(H5Fstart_swmr_write(file.get()), h5::Failure::write, path, "switching to SWMR write mode");
+  publish();
 }
 
 void TraceWriter::Impl::write_column(Column& c) {
@@ -396,12 +430,10 @@ TraceWriter::TraceWriter(const std::string& path, const TraceLayout& layout, con
   try {
     impl_->create(header);
   } catch (...) {
-    // Creation failed after the file was truncated (a full disk, a size limit): what is there is
-    // not a trace. Remove it, unless the failure was the lock (then it is another writer's).
-    if (impl_->lock) {
-      ::unlink(path.c_str());
-      impl_->abandon();
-    }
+    // Creation failed (a full disk, a size limit, another writer): the half-made file is not a
+    // trace. Remove it; `path` was not touched (absent, or the old trace as it was).
+    if (!impl_->build_path.empty() && impl_->build_lock) ::unlink(impl_->build_path.c_str());
+    if (impl_->lock || impl_->build_lock) impl_->abandon();
     throw;
   }
 }

@@ -20,6 +20,13 @@ struct flock first_byte(short type) {
 }
 }  // namespace
 
+WriterLock WriterLock::if_exists(const std::string& path) {
+  const int probe = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (probe < 0 && errno == ENOENT) return WriterLock();
+  if (probe >= 0) ::close(probe);
+  return WriterLock(path);
+}
+
 WriterLock::WriterLock(const std::string& path) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw WriteError(path + ": cannot open the trace for writing (" + std::strerror(errno) + ")");

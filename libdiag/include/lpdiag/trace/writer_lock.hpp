@@ -13,6 +13,10 @@ class WriterLock {
   // Creates the file if absent (never truncates it). Throws WriteError when another writer holds
   // the lock or the file cannot be opened.
   explicit WriterLock(const std::string& path);
+  // The lock of an existing file only: absent, nothing is created and nothing is held (holds() false).
+  static WriterLock if_exists(const std::string& path);
+  WriterLock(WriterLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  bool holds() const { return fd_ >= 0; }
   ~WriterLock();
   WriterLock(const WriterLock&) = delete;
   WriterLock& operator=(const WriterLock&) = delete;
@@ -21,6 +25,7 @@ class WriterLock {
   static bool held_by_another(const std::string& path);
 
  private:
+  WriterLock() = default;
   int fd_ = -1;
 };
 
