@@ -222,7 +222,7 @@ TEST_CASE("SIGKILL while the trace is being created: the path is never a half-ma
   const auto t0 = std::chrono::steady_clock::now();
   { TraceWriter timing(temp_path("creating-timing.h5"), fixture_layout(150, 2)); }
   const auto create_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("seed %u; creating the trace takes %.3f s\n", seed, create_us / 1e6);
+  std::printf("seed %u; creating the trace takes %.3f s\n", seed, static_cast<double>(create_us) / 1e6);
   for (int trial = 0; trial < 6; ++trial) {
     const bool old_trace = trial % 2;
     const std::string path = temp_path(old_trace ? "creating-old.h5" : "creating-new.h5");
@@ -244,7 +244,7 @@ TEST_CASE("SIGKILL while the trace is being created: the path is never a half-ma
     const std::string building = path + ".creating." + std::to_string(pid);
     for (int i = 0; i < 2000 && !std::filesystem::exists(building); ++i) usleep(1000);
     REQUIRE(std::filesystem::exists(building));  // creation under way
-    usleep(static_cast<useconds_t>(rng() % static_cast<unsigned>(1 + 1.2 * create_us)));
+    usleep(static_cast<useconds_t>(rng() % static_cast<unsigned>(1 + 1.2 * static_cast<double>(create_us))));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
