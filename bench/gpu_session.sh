@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [simt] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [simt] [python2] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -226,6 +226,12 @@ PY
       done
       stage "bench_seed_kernels"
       timeout 200 $B/bench/bench_seed_kernels --reps 10 2>&1 | tee "$OUT/simt-bench.log" ;;
+    python2)
+      # The Python tests that need torch >= 2 (skipped with 77 on the CPU machines' 1.13):
+      # the compiled op and the compiled Monitor, the SDPA patch, the API and the README.
+      stage "python tests on torch 2"
+      (cd $B && timeout 400 ctest -L python --output-on-failure >"$OUT/ctest-python.log" 2>&1); echo "rc=$?"
+      grep -E "Test +#|tests passed|FAIL|Skipped|Not Run" "$OUT/ctest-python.log" | head -30 ;;
     ctest)
       stage "ctest"
       (cd $B && timeout 300 ctest -j8 -E fuzz_trace_reader --output-on-failure >"$OUT/ctest.log" 2>&1); echo "rc=$?"
