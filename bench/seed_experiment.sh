@@ -14,6 +14,8 @@
 # (names ending -s2): seed/none, seed/paper, fp32.
 # seeds runs seed/none, seed/paper, seed/safe and fp32 at LR for each seed of SEEDS (default 3),
 # and seed/safe alone for each of SAFE_SEEDS (default 2).
+# grid runs the arms of GRID_ARMS (default "none paper fp32"; also safe) for each LR:SEED pair of
+# GRID (default "8e-3:1 8e-3:2 6e-3:4"); names end -sSEED.
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
 set -u
@@ -36,7 +38,20 @@ run() {  # name, args...
 }
 echo "== runs $(date +%T)"
 S="--policy seed:tile=128"
-if [ "$ARMS" = seeds ]; then
+if [ "$ARMS" = grid ]; then
+for pair in ${GRID:-8e-3:1 8e-3:2 6e-3:4}; do
+  lr=${pair%%:*}; sd=${pair#*:}
+  for arm in ${GRID_ARMS:-none paper fp32}; do
+    case $arm in
+      none) RSEED=$sd run seed-none-$lr-s$sd --lr $lr $S & ;;
+      paper) RSEED=$sd run seed-paper-$lr-s$sd --lr $lr $S --fix paper & ;;
+      safe) RSEED=$sd run seed-safe-$lr-s$sd --lr $lr $S --fix safe & ;;
+      fp32) RSEED=$sd run fp32-$lr-s$sd --lr $lr --attention sdpa-fp32 & ;;
+      *) echo "unknown arm $arm"; exit 2 ;;
+    esac
+  done
+done
+elif [ "$ARMS" = seeds ]; then
 lr=${LR:-6e-3}
 for sd in ${SEEDS:-3}; do
   for a in "seed-none $S" "seed-paper $S --fix paper" "seed-safe $S --fix safe" "fp32 --attention sdpa-fp32"; do
