@@ -18,14 +18,16 @@ const char* synth_kind_name(SynthKind k) {
     case SynthKind::growth_no_trigger: return "growth-no-trigger";
     case SynthKind::bias_no_growth: return "bias-no-growth";
     case SynthKind::clean: return "clean";
+    case SynthKind::undriven: return "undriven";
   }
   return "?";
 }
 
 SynthKind parse_synth_kind(const std::string& name) {
-  for (SynthKind k : {SynthKind::chain, SynthKind::loss_spike, SynthKind::growth_no_trigger, SynthKind::bias_no_growth, SynthKind::clean})
+  for (SynthKind k : {SynthKind::chain, SynthKind::loss_spike, SynthKind::growth_no_trigger, SynthKind::bias_no_growth, SynthKind::clean,
+                      SynthKind::undriven})
     if (name == synth_kind_name(k)) return k;
-  throw InvalidArgument("unknown synthetic trace kind '" + name + "'; expected chain, loss-spike, growth-no-trigger, bias-no-growth or clean");
+  throw InvalidArgument("unknown synthetic trace kind '" + name + "'; expected chain, loss-spike, growth-no-trigger, bias-no-growth, clean or undriven");
 }
 
 namespace {
@@ -60,7 +62,8 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
   const double f5 = f4 + uni(0.1, 0.2);
   auto rec = [&](double f) { return static_cast<std::int64_t>(f * double(T)); };
   switch (opt.kind) {
-    case SynthKind::chain: at = {rec(f1), rec(f2), rec(f3), rec(f4), rec(f5)}; break;
+    case SynthKind::chain:
+    case SynthKind::undriven: at = {rec(f1), rec(f2), rec(f3), rec(f4), rec(f5)}; break;
     case SynthKind::loss_spike: at[4] = rec(uni(0.5, 0.85)); break;
     case SynthKind::growth_no_trigger: at[3] = rec(uni(0.35, 0.6)); at[4] = rec(uni(0.85, 0.92)); break;
     case SynthKind::bias_no_growth: at[0] = rec(f1); at[1] = rec(f2); at[2] = rec(f3); break;
@@ -107,6 +110,23 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
   const double conc1 = uni(0.6, 0.9), sim1 = uni(0.85, 0.98);
   const double rows = 1024.0 / opt.ranks;
 
+  // The bias's size wanders slowly (an AR(1) process over records, correlation time ~30
+  // records, relative s.d. 0.4), as a bias that depends on the data and the weights does; the
+  // growth it drives rises and falls with it, which is what the chain analysis tests. A steady
+  // bias would leave only the order of the links, which growth of any later cause also shows.
+  // An undriven trace's growth wanders the same way, independently.
+  auto wandering = [&](bool steady) {
+    std::vector<double> level(static_cast<std::size_t>(T), 1.0);
+    const double phi = 0.97;
+    double a = G(rng);
+    for (auto& v : level) {
+      a = phi * a + std::sqrt(1 - phi * phi) * G(rng);
+      if (!steady) v = std::max(0.2, 1.0 + 0.4 * a);
+    }
+    return level;
+  };
+  const std::vector<double> level = wandering(opt.steady_bias), own_level = wandering(false);
+
   std::int64_t step = static_cast<std::int64_t>(rng() % 100);
   double loss_spike_level = 0;
   for (std::int64_t r = 0; r < T; ++r) {
@@ -137,7 +157,7 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
           c.rows = static_cast<std::int64_t>(rows);
           const double p = p0 + (planted && at[0] >= 0 && r >= at[0] ? a1 : 0.0);
           c.repeated_max_rows = std::max<std::int64_t>(0, std::llround(rows * p + std::sqrt(rows * p * (1 - p)) * G(rng)));
-          const double z = planted && at[1] >= 0 && r >= at[1] ? bias_z + 0.5 * G(rng) : 0.0;
+          const double z = planted && at[1] >= 0 && r >= at[1] ? bias_z * level[static_cast<std::size_t>(r)] + 0.5 * G(rng) : 0.0;
           const double mu = z * sd_d / std::sqrt(rows);
           c.delta_err_count = static_cast<std::int64_t>(rows);
           c.delta_err_sum = rows * mu + std::sqrt(rows) * sd_d * G(rng);
@@ -151,7 +171,9 @@ SynthTruth write_synth_trace(const std::string& path, const SynthOptions& opt) {
           // sigma_1 of the head slice: noise, and growth driven by the bias once C4 starts.
           if (rank == 0) {
             if (planted && at[3] >= 0 && r >= at[3])
-              log_sigma[i] += opt.kind == SynthKind::chain ? kappa * std::max(0.0, z * (bias_z > 0 ? 1 : -1)) : auto_rate * (1 + 0.5 * G(rng));
+              log_sigma[i] += opt.kind == SynthKind::chain      ? kappa * std::max(0.0, z * (bias_z > 0 ? 1 : -1))
+                              : opt.kind == SynthKind::undriven ? auto_rate * own_level[static_cast<std::size_t>(r)] * (1 + 0.5 * G(rng))
+                                                                : auto_rate * (1 + 0.5 * G(rng));
           }
           const double s = std::exp(log_sigma[i]) * (1 + 0.003 * G(rng));
           if (!gap) rec_.weights[static_cast<std::size_t>(2 * l)].head_spectral_norm[static_cast<std::size_t>(h)] = s;

@@ -24,9 +24,11 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
   j["records"] = t.records;
   j["first_step"] = t.first_step;
   j["last_step"] = t.last_step;
+  const bool named = c.found || c.undecided;  // a chain's head, or an undecided candidate's
   j["chain"] = {{"found", c.found},
-                {"layer_index", c.found ? nlohmann::json(c.layer_index) : nlohmann::json(nullptr)},
-                {"head", c.found ? nlohmann::json(c.head) : nlohmann::json(nullptr)},
+                {"undecided", c.undecided},
+                {"layer_index", named ? nlohmann::json(c.layer_index) : nlohmann::json(nullptr)},
+                {"head", named ? nlohmann::json(c.head) : nlohmann::json(nullptr)},
                 {"confidence", c.confidence},
                 {"links", links}};
   j["correlation"] = {{"computed", c.correlation.computed},

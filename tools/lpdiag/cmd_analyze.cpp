@@ -29,6 +29,9 @@ void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
   for (const auto& w : c.run.warnings) std::cout << fmt::format("  warning: {} from step {}: {}\n", w.kind, w.onset_step, w.evidence);
   if (c.found)
     std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f})\n", c.layer_index, c.head, c.confidence);
+  else if (c.undecided)
+    std::cout << fmt::format("CANDIDATE CHAIN at layer {}, head {}: undecided (the trace cannot show that the bias drives the growth)\n",
+                             c.layer_index, c.head);
   else
     std::cout << "no causal chain\n";
   for (const auto& l : c.links) {

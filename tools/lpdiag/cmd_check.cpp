@@ -35,6 +35,9 @@ int run_check(const CheckArgs& a) {
     if (c.found)
       lines.push_back(fmt::format("{}:{}: causal chain at layer {} head {} (confidence {:.2f})", p, c.links[0].onset_step,
                                   c.layer_index, c.head, c.confidence));
+    else if (c.undecided)
+      lines.push_back(fmt::format("{}:{}: candidate causal chain at layer {} head {}, undecided: {}", p, c.links[0].onset_step,
+                                  c.layer_index, c.head, c.decide));
     if (c.links[1].present) lines.push_back(fmt::format("{}:{}: biased rounding: {}", p, c.links[1].onset_step, c.links[1].evidence));
     if (a.max_repeated_rate >= 0) {
       for (std::size_t l = 0; l < t.layers.size(); ++l)

@@ -51,7 +51,7 @@ int run_report(const ReportArgs& a) {
 
   // The flagged place: the chain's, else the strongest localized link's, else layer 0 head 0.
   std::int64_t layer = t.layers.front(), head = 0;
-  if (c.found) layer = c.layer_index, head = c.head;
+  if (c.found || c.undecided) layer = c.layer_index, head = c.head;
   else
     for (int k : {1, 0, 3})
       if (c.links[k].present && c.links[k].layer_index >= 0) {
@@ -122,7 +122,9 @@ int run_report(const ReportArgs& a) {
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
   for (const auto& w : c.run.warnings)
     html += fmt::format("<p class=\"open\"><b>Warning</b>: {} from step {}: {}</p>", html_escape(w.kind), w.onset_step, html_escape(w.evidence));
-  html += c.found ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h3>", c.layer_index, c.head, c.confidence)
+  html += c.found       ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h3>", c.layer_index, c.head, c.confidence)
+          : c.undecided ? fmt::format("<h3 class=\"open\">Candidate causal chain at layer {}, head {}: undecided</h3><p>{}</p>", c.layer_index,
+                                      c.head, html_escape("the trace cannot show that the bias drives the growth; " + c.decide))
                   : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
                                               : "<h3 class=\"open\">No causal chain established for this failure</h3>");
   if (cmp)

@@ -2,11 +2,12 @@
 """Validates `lpdiag analyze` on traces of the independent generator (make_traces.py).
    validate.py LPDIAG_BINARY [COUNT]   seed: $LPDIAG_GEN2_SEED, else fresh (printed)
 Exit 1 when a floor is missed. The floors are what the analyzers reach today (docs/ANALYZERS.md),
-below the issue's targets where those are not met yet (precision, recall and the worst onset
-error): chain precision >= 0.90, recall >= 0.80, localization >= 0.95, run verdicts >= 0.95
-right, onset error of the detected chains' links median <= 0.01 and max <= 0.10 of the trace
-length, >= 0.85 of the null traces right (their unplanted link missing; no chain claimed for an
-undriven growth)."""
+below the issue's targets where those are not met yet (recall and the worst onset error): chain
+precision >= 0.95, recall >= 0.70, localization >= 0.95, run verdicts >= 0.95 right, onset
+error of the detected chains' links median <= 0.01 and max <= 0.10 of the trace length, >= 0.85
+of the null traces right (their unplanted link missing; no chain claimed for an undriven
+growth). Since session 15 a chain the trace cannot decide (a candidate, `chain.undecided`) is
+not a found chain: recall counts it as missed, and the summary line counts candidates apart."""
 import json
 import os
 import subprocess
@@ -46,7 +47,7 @@ def main():
                 print(f"  trace seed {tseed} ({kind}): verdict {'healthy' if run['healthy'] else run['failure']['kind']} is wrong")
             else:
                 verdict_ok += 1
-            if found and j.get("driving_evidence") == "timing":
+            if ch.get("undecided"):  # a candidate, not a claim: counted apart, never as found
                 timing_only += 1
                 timing_planted += planted
             if planted and found:
@@ -63,7 +64,7 @@ def main():
                         print(f"  trace seed {tseed}: {lid} onset {on}, planted {truth['onset_step'][k]} (error {errors[-1]:.3f})")
             elif planted:
                 fn += 1
-                why = [x for x in j['findings'] if x.startswith('no causal chain')]
+                why = [x for x in j['findings'] if x.startswith('no causal chain') or x.startswith('candidate causal chain')]
                 print(f"  trace seed {tseed}: planted chain missed: {(why or j['findings'])[0][:220]}")
             elif found:
                 fp += 1
@@ -89,8 +90,8 @@ def main():
     verdicts = verdict_ok / count
     print(f"gen2: tp {tp} fp {fp} fn {fn} tn {tn} | precision {precision:.3f} recall {recall:.3f} localization {loc:.3f} | "
           f"verdicts right {verdicts:.3f} | onset error / length median {med:.4f} max {worst:.4f} | nulls right {nulls_ok}/{nulls} | "
-          f"chains claimed on timing alone {timing_only} ({timing_planted} of them planted)")
-    ok = precision >= 0.90 and recall >= 0.80 and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
+          f"undecided candidates {timing_only} ({timing_planted} of them planted chains, the rest undriven)")
+    ok = precision >= 0.95 and recall >= 0.70 and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
     print(f"targets (issue 16): precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

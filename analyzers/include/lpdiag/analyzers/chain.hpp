@@ -15,13 +15,19 @@ namespace lpdiag::analysis {
 struct LagCorrelation {
   bool computed = false;
   int lag_bins = 0;
-  double r = 0, p = 1;  // p Bonferroni-corrected over the lags tried
+  double r = 0, p = 1;  // one-sided p (r > 0), Bonferroni-corrected over the lags tried
   int n = 0;
 };
 
 struct ChainResult {
   bool found = false;
-  std::int64_t layer_index = -1, head = -1;
+  // Every link present, ordered and in one head, but whether the bias drives the growth could
+  // not be tested (too few bins while W_Q grows for the co-variation test to have the power,
+  // and none seen): a candidate, not a chain. layer_index and head name the candidate; `decide`
+  // the run that settles it. Order and a whole-run correlation alone are not evidence: growth
+  // of another cause that starts after the bias shows them too.
+  bool undecided = false;
+  std::int64_t layer_index = -1, head = -1;  // the chain's, or the undecided candidate's
   double confidence = 0;
   std::array<LinkResult, 5> links;
   LagCorrelation correlation;
@@ -30,8 +36,8 @@ struct ChainResult {
   RunVerdict run;                          // failed or healthy, independent of the chain
   bool simultaneous = false;               // trigger, bias and growth start together (no order)
   // How "bias drives growth" was judged: "covariation" (the growth rate rose and fell with a
-  // varying bias), "timing" (a steady bias: only order and whole-run correlation), or "" when
-  // the chain failed before that test.
+  // varying bias, or a test with the power saw it did not), "timing" (the test lacked the power:
+  // only order and whole-run correlation, so undecided), or "" when the chain failed before.
   std::string driving;
   std::string decide;                      // the counterfactual run that would decide, if any
 };

@@ -8,10 +8,12 @@
 
 namespace lpdiag::analysis {
 
-enum class SynthKind { chain, loss_spike, growth_no_trigger, bias_no_growth, clean };
+// undriven: every link planted, in order and in one head, but W_Q's growth follows a wandering
+// of its own, independent of the bias (a null: timing alone must not make a chain).
+enum class SynthKind { chain, loss_spike, growth_no_trigger, bias_no_growth, clean, undriven };
 
 const char* synth_kind_name(SynthKind k);
-SynthKind parse_synth_kind(const std::string& name);  // chain, loss-spike, growth-no-trigger, bias-no-growth, clean
+SynthKind parse_synth_kind(const std::string& name);  // chain, loss-spike, growth-no-trigger, bias-no-growth, clean, undriven
 
 struct SynthOptions {
   SynthKind kind = SynthKind::chain;
@@ -24,6 +26,7 @@ struct SynthOptions {
   int flush_every = 256;       // records per flush
   int compression = 0;         // deflate level of the datasets, 0 = none
   int record_delay_us = 0;     // sleep after each record: a slow "live" run for watch demos and tests
+  bool steady_bias = false;    // the bias's size does not wander: whether it drives the growth is untestable
 };
 
 struct SynthTruth {
