@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [simt] [python2] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [seedmma] [simt] [python2] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -198,6 +198,17 @@ PY
       stage "python error test"
       readelf -d $B/hooks/liblpdiag_torch.so | grep -c "libstdc++"
       (cd $B && timeout 120 ctest -R "hooks_python_errors|test_hooks|example_python" --output-on-failure 2>&1 | tail -25) ;;
+    seedmma)
+      # The seed-mma kernels (tensor cores): bit for bit against the CPU emulation's MMA model,
+      # their speed against fa2, and GPT-2 training on them.
+      stage "test_seed_cuda seed-mma"
+      timeout 500 $B/tests/test_seed_cuda seed-mma >"$OUT/seed-mma-cuda.log" 2>&1; echo "rc=$?"
+      grep -E "FAIL|cases|^device" "$OUT/seed-mma-cuda.log" | head -30
+      stage "bench_seed_kernels --mma-only"
+      timeout 200 $B/bench/bench_seed_kernels --reps 10 --mma-only 2>&1 | tee "$OUT/seed-mma-bench.log"
+      stage "gpt2_train --policy seed-mma:tile=512 (GPT-2 small, 40 steps)"
+      timeout 200 $B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 40 \
+        --policy seed-mma:tile=512 --instrument counters --out "$OUT/seed-mma-smoke.h5" --log-every 10 2>&1 | tail -6 ;;
     seed)
       # The seed CUDA kernels: bit for bit against the CPU emulation, their speed against fa2,
       # the op and the C++ example on them, and a stuck loop's CUDA record.

@@ -1,4 +1,4 @@
-// Speed of the seed and fp32 CUDA kernels against lpdiag's fa2 kernels in the same run (the baseline),
+// Speed of the seed, seed-mma and fp32 CUDA kernels against lpdiag's fa2 kernels in the same run (the baseline),
 // forward + backward at `counters`, inputs N(0, 1) in bf16:
 //   bench_seed_kernels [--reps N]      shapes: GPT-2 small (B16 H12 N1024 d64 causal) and a
 //                                      small model's (B32 H6 N256 d64 causal)
@@ -85,17 +85,26 @@ int main(int argc, char** argv) {
     return 77;
   }
   int reps = 10;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+  bool mma_only = false;  // --mma-only: fa2 and seed-mma (the slow CUDA-core kernels take seconds)
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--mma-only") mma_only = true;
+    if (std::string(argv[i]) == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[i + 1]));
+  }
   std::printf("device: %s; fwd+bwd at counters, median of %d\n", cuda::device_name().c_str(), reps);
   const Shape shapes[] = {{"gpt2-small B16 H12 N1024 d64 causal", 16, 12, 1024, 64}, {"small B32 H6 N256 d64 causal", 32, 6, 256, 64}};
   for (const Shape& s : shapes) {
     const double base = time_ms(s, {Policy::fa2, 64, 64}, reps);
     std::printf("%-40s fa2            %9.3f ms  1.00x\n", s.name, base);
     for (int tile : {64, 128, 512}) {
-      const double t = time_ms(s, {Policy::seed, tile, 64}, reps);
-      std::printf("%-40s seed tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, t, t / base);
+      const double tm = time_ms(s, {Policy::seed_mma, tile, 64}, reps);
+      std::printf("%-40s seed-mma tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, tm, tm / base);
     }
+    if (!mma_only)
+      for (int tile : {64, 128, 512}) {
+        const double t = time_ms(s, {Policy::seed, tile, 64}, reps);
+        std::printf("%-40s seed tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, t, t / base);
+      }
+    if (mma_only) continue;
     const double t32 = time_ms(s, {Policy::fp32, 64, 64}, reps);
     std::printf("%-40s fp32 tile 64   %9.3f ms  %.2fx fa2\n", s.name, t32, t32 / base);
   }

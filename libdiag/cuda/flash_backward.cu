@@ -75,6 +75,7 @@ void flash_backward(const FlashBackwardArgs& a) {
   using namespace flash;
   check_kernel_numerics(a.numerics);
   if (a.numerics.policy == Policy::seed) return seed_backward(a);
+  if (a.numerics.policy == Policy::seed_mma) return seed_mma_backward(a);
   if (a.numerics.policy == Policy::fp32) return fp32_backward(a);
   BwdParams p{};
   set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);

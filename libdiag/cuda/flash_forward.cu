@@ -67,6 +67,7 @@ void flash_forward(const FlashForwardArgs& a) {
   using namespace flash;
   check_kernel_numerics(a.numerics);
   if (a.numerics.policy == Policy::seed) return seed_forward(a);
+  if (a.numerics.policy == Policy::seed_mma) return seed_mma_forward(a);
   if (a.numerics.policy == Policy::fp32) return fp32_forward(a);
   FwdParams p{};
   set_shape_and_inputs(p, a.shape, a.q, a.k, a.v);

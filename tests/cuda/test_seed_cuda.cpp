@@ -1,5 +1,6 @@
-// gpu: the one-thread-per-row CUDA kernels against the CPU engine, forward and backward, at
-// `full`: `test_seed_cuda` (the seed policy) or `test_seed_cuda fp32` (the fp32 policy):
+// gpu: the seed, seed-mma and fp32 CUDA kernels against the CPU engine, forward and backward, at
+// `full`: `test_seed_cuda` (the seed policy), `test_seed_cuda seed-mma` (its tensor-core kernels,
+// against the emulation's MMA model) or `test_seed_cuda fp32` (the fp32 policy):
 //  - O, L, dQ, dK, dV bit for bit (every element; the kernels do the emulation's operations in
 //    its order, with its exp and log: any difference fails and is printed). fp32's O, dQ, dK,
 //    dV are compared as the op returns them, rounded to bf16 once (the kernels store bf16; the
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
     if (std::string(argv[a]) == "--small") small = true;
     else policy = parse_policy(argv[a]);
   }
-  if (policy != Policy::seed && policy != Policy::fp32) {
-    std::fprintf(stderr, "usage: test_seed_cuda [seed|fp32] [--small]\n");
+  if (policy != Policy::seed && policy != Policy::seed_mma && policy != Policy::fp32) {
+    std::fprintf(stderr, "usage: test_seed_cuda [seed|seed-mma|fp32] [--small]\n");
     return 2;
   }
   if (cuda::device_count() == 0) {

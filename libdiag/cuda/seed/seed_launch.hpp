@@ -23,6 +23,9 @@ void set_common(Params& p, const Args& a) {
   p.tables = tables_for_current_device();
 }
 
+// The seed-mma kernels copy rows with cp.async: 16-byte aligned rows (throws naming the input).
+inline void check_copyable(const BF16View& x, const char* name) { flash::view(x, name); }
+
 // The fix as the kernels take it (declared first: the fills below use it).
 inline FixParams fix_params(const FixConfig& f);
 

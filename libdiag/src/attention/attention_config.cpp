@@ -13,6 +13,7 @@ const char* policy_name(Policy p) {
     case Policy::fa2: return "fa2";
     case Policy::fa2_sequential: return "fa2-seq";
     case Policy::seed: return "seed";
+    case Policy::seed_mma: return "seed-mma";
     case Policy::fp32: return "fp32";
     case Policy::fp8_p: return "fp8-p";
   }
@@ -23,9 +24,10 @@ Policy parse_policy(const std::string& name) {
   if (name == "fa2") return Policy::fa2;
   if (name == "fa2-seq") return Policy::fa2_sequential;
   if (name == "seed") return Policy::seed;
+  if (name == "seed-mma") return Policy::seed_mma;
   if (name == "fp32") return Policy::fp32;
   if (name == "fp8-p" || name == "fp8-p:e4m3" || name == "fp8-p:e5m2") return Policy::fp8_p;
-  throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, fa2-seq, seed, fp32, fp8-p or fp8-p:e5m2");
+  throw InvalidArgument("unknown attention policy '" + name + "'; expected fa2, fa2-seq, seed, seed-mma, fp32, fp8-p or fp8-p:e5m2");
 }
 
 AttentionConfig parse_policy_spec(const std::string& text) {

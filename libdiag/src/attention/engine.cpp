@@ -63,6 +63,7 @@ void run_head(const AttentionConfig& cfg, const HeadShape& hs, const AttentionOp
     case Policy::fa2_sequential: run_lp<Mode::fa2_seq>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
     case Policy::fa2: run_lp<Mode::fa2>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
     case Policy::seed: run_lp<Mode::seed>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
+    case Policy::seed_mma: run_lp<Mode::seed_mma>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
     case Policy::fp32: run_lp<Mode::fp32>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
     case Policy::fp8_p: run_lp<Mode::fp8>(hs, q, k, kt.data(), vt.data(), v, dout, opt.backward, o, lse, dq, dk, dv, delta, &w.counters); break;
   }

@@ -20,11 +20,18 @@
 namespace lpdiag::detail {
 
 // fa2: lpdiag's CUDA kernels (MMA accumulation, MUFU exp input, the lane order of the row sum);
-// fa2_seq: the same policy with every product added one at a time in fp32.
-enum class Mode { fa2, fa2_seq, seed, fp32, fp8, hp };
+// fa2_seq: the same policy with every product added one at a time in fp32; seed_mma: the seed
+// policy's roundings with its matrix products on the tensor cores (MMA model), its tile row sums
+// in the kernels' lane order.
+enum class Mode { fa2, fa2_seq, seed, seed_mma, fp32, fp8, hp };
 
 template <Mode M>
 constexpr bool is_fa2 = M == Mode::fa2 || M == Mode::fa2_seq;
+template <Mode M>
+constexpr bool is_seed = M == Mode::seed || M == Mode::seed_mma;
+// Policies whose matrix products are tensor-core k16 steps (numerics/mma_model.hpp).
+template <Mode M>
+constexpr bool mma_products = M == Mode::fa2 || M == Mode::seed_mma;
 
 struct HeadShape {
   std::int64_t N = 0, d = 0;
@@ -48,7 +55,7 @@ constexpr float kSeedRowSumFloor = 1.00044417e-10f;  // bf16(1e-10): the paper's
 template <Mode M>
 inline Real<M> score(Real<M> sum, double scale) {
   if constexpr (M == Mode::hp) return scale * sum;
-  else if constexpr (M == Mode::seed) return bf(bf(sum) * static_cast<float>(scale));
+  else if constexpr (is_seed<M>) return bf(bf(sum) * static_cast<float>(scale));
   else return static_cast<float>(scale) * sum;
 }
 
@@ -59,7 +66,7 @@ inline float exp_mufu(float x) { return mufu_exp2(x * 1.4426950408889634f); }
 
 template <Mode M>
 inline Real<M> exp_diff(Real<M> a, Real<M> b) {
-  if constexpr (M == Mode::seed) return bf(std::exp(bf(a - b)));
+  if constexpr (is_seed<M>) return bf(std::exp(bf(a - b)));
   else if constexpr (M == Mode::fa2) return exp_mufu(a - b);
   else if constexpr (M == Mode::fp32) return exp_fp32(a - b);  // correctly rounded, as the CUDA fp32 kernels
   else return std::exp(a - b);
@@ -82,8 +89,28 @@ inline Real<M> mma_ds(Real<M> ds) {
 // Final rounding of an output element.
 template <Mode M>
 inline Real<M> out_round(Real<M> x) {
-  if constexpr (is_fa2<M> || M == Mode::fp8 || M == Mode::seed) return bf(x);
+  if constexpr (is_fa2<M> || M == Mode::fp8 || is_seed<M>) return bf(x);
   else return x;
+}
+
+// A tile's row sum of P-bar added one at a time, in key order (the CPU's seed).
+inline float sequential_sum(const float* p, std::int64_t n) {
+  float ls = 0.f;
+  for (std::int64_t j = 0; j < n; ++j) ls += p[j];
+  return ls;
+}
+
+// The same sum as the mma.sync kernels form it: lane q of a row's quad adds keys 8 t + 2 q and
+// 8 t + 2 q + 1 of every n8 tile t in order, then the quad adds (0 + 1) + (2 + 3).
+inline float lane_order_sum(const float* p, std::int64_t n) {
+  float lq[4] = {0.f, 0.f, 0.f, 0.f};
+  for (std::int64_t n8 = 0; n8 < n; n8 += 8)
+    for (int q4 = 0; q4 < 4; ++q4)
+      for (std::int64_t e = 0; e < 2; ++e) {
+        const std::int64_t j = n8 + 2 * q4 + e;
+        if (j < n) lq[q4] += p[j];
+      }
+  return (lq[0] + lq[1]) + (lq[2] + lq[3]);
 }
 
 // The row's S over key tile [j0, j1): s[j - j0]. kt is K transposed (d x N), so the inner loop
@@ -93,7 +120,7 @@ inline void scores(const HeadShape& hs, const float* qi, const float* kt, std::i
                    Real<M>* s) {
   using T = Real<M>;
   const std::int64_t n = j1 - j0;
-  if constexpr (M == Mode::fa2) {
+  if constexpr (mma_products<M>) {
     // Tensor-core k16 steps over the feature index, from a zero accumulator.
     float kc[16];
     for (std::int64_t j = 0; j < n; ++j) {
@@ -127,6 +154,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
   const bool stochastic_o = M != Mode::hp && hs.fix.kind == FixConfig::Kind::sr;
   std::vector<T> s(static_cast<std::size_t>(Bc)), p(static_cast<std::size_t>(Bc)), acc(static_cast<std::size_t>(d)),
       part(static_cast<std::size_t>(d));
+  std::vector<float> col(M == Mode::seed_mma ? static_cast<std::size_t>(Bc) : 0);
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t nk = hs.causal ? i + 1 : N;
     T m = neg_inf, l = T(0);
@@ -137,7 +165,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
     float lpart[4] = {0.f, 0.f, 0.f, 0.f};  // fa2 only
     // seed, causal: the paper's code visits every key tile and masks the keys after the query
     // with -max(bf16), so a tile above the diagonal is all ties (which its fix then shifts).
-    const std::int64_t n_visit = M == Mode::seed && hs.causal ? N : nk;
+    const std::int64_t n_visit = is_seed<M> && hs.causal ? N : nk;
     for (std::int64_t j0 = 0; j0 < n_visit; j0 += Bc) {
       const std::int64_t j1 = std::min(n_visit, j0 + Bc), n = j1 - j0;
       const std::int64_t n_real = std::max<std::int64_t>(0, std::min(n, nk - j0));  // unmasked keys
@@ -160,7 +188,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
         std::int64_t near = 0;
         for (std::int64_t j = 0; j < n; ++j) {
           // seed: the paper's test, S >= bf16(max - tol), in bf16 arithmetic.
-          if constexpr (M == Mode::seed) near += s[j] >= bf(tm - static_cast<float>(hs.fix.tol));
+          if constexpr (is_seed<M>) near += s[j] >= bf(tm - static_cast<float>(hs.fix.tol));
           else near += (tm - s[j]) <= static_cast<T>(hs.fix.tol);
         }
         if (near >= 2) {
@@ -170,7 +198,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
           } else {
             shift = tm + static_cast<T>(hs.fix.offset);
           }
-          if constexpr (M == Mode::seed) shift = bf(shift);
+          if constexpr (is_seed<M>) shift = bf(shift);
           engaged = engaged || std::max(m, shift) != std::max(m, tm);
         }
       }
@@ -179,17 +207,24 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
       for (std::int64_t j = 0; j < n; ++j) p[j] = exp_diff<M>(s[j], m_new);
       if (cnt)
         for (std::int64_t j = 0; j < n_real; ++j) cnt->pbar_one_entries += p[j] == T(1);
-      if constexpr (M == Mode::seed) {
+      if constexpr (is_seed<M>) {
         // Tile results are bf16 matmul outputs; the running values are updated in bf16.
         // The tile's row sum is clamped below at bf16(1e-10), as the paper's code does.
-        float ls = 0.f;
-        for (std::int64_t j = 0; j < n; ++j) ls += p[j];
+        const float ls = M == Mode::seed ? sequential_sum(p.data(), n) : lane_order_sum(p.data(), n);
         l = bf(bf(l * corr) + std::max(bf(ls), kSeedRowSumFloor));
         std::fill(part.begin(), part.end(), 0.f);
-        for (std::int64_t j = 0; j < n; ++j) {
-          const float pj = p[j];
-          const float* vr = v + (j0 + j) * d;
-          for (std::int64_t c = 0; c < d; ++c) part[c] += pj * vr[c];
+        if constexpr (M == Mode::seed) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            const float pj = p[j];
+            const float* vr = v + (j0 + j) * d;
+            for (std::int64_t c = 0; c < d; ++c) part[c] += pj * vr[c];
+          }
+        } else {
+          std::vector<float>& vc = col;  // column c of the tile's V
+          for (std::int64_t c = 0; c < d; ++c) {
+            for (std::int64_t j = 0; j < n; ++j) vc[static_cast<std::size_t>(j)] = v[(j0 + j) * d + c];
+            part[c] = mma_accumulate(0.f, p.data(), vc.data(), static_cast<int>(n));
+          }
         }
         for (std::int64_t c = 0; c < d; ++c) acc[c] = bf(bf(acc[c] * corr) + bf(part[c]));
       } else if constexpr (M == Mode::fa2) {
@@ -239,7 +274,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
     } else {
       for (std::int64_t c = 0; c < d; ++c) o[i * d + c] = acc[c] / l;
     }
-    if constexpr (M == Mode::seed) lse[i] = bf(m + bf(std::log(l)));
+    if constexpr (is_seed<M>) lse[i] = bf(m + bf(std::log(l)));
     else if constexpr (M == Mode::fp32) lse[i] = m + log_fp32(l);
     else lse[i] = m + std::log(l);
     if (cnt) {
@@ -261,11 +296,76 @@ void deltas(const HeadShape& hs, const float* dout, const Real<M>* o, Real<M>* d
     T acc = T(0);
     for (std::int64_t c = 0; c < hs.d; ++c) {
       const T prod = static_cast<T>(dout[i * hs.d + c]) * o[i * hs.d + c];
-      if constexpr (M == Mode::seed) acc += bf(prod);
+      if constexpr (is_seed<M>) acc += bf(prod);
       else acc += prod;
     }
-    if constexpr (M == Mode::seed) acc = bf(acc);
+    if constexpr (is_seed<M>) acc = bf(acc);
     delta[i] = acc;
+  }
+}
+
+// seed_mma's backward: seed's roundings (docs/ATTENTION_NUMERICS.md) with every product a chain
+// of tensor-core k16 steps, as the kernels form them: S and dP over the feature index; per query
+// block of Br rows and key tile of Bc keys, dQ's partial over the tile's keys (from its first
+// key), dV's and dK's over the block's rows (from its first row). Masked pairs are zero products,
+// which the MMA model (and the hardware) leaves out.
+inline void backward_seed_mma(const HeadShape& hs, const float* q, const float* kt, const float* vt, const float* dout,
+                              const float* lse, const float* delta, float* dq, float* dk, float* dv) {
+  constexpr Mode M = Mode::seed_mma;
+  const std::int64_t N = hs.N, d = hs.d, Br = hs.tile_q, Bc = hs.tile_k;
+  const auto nd = static_cast<std::size_t>(N * d);
+  std::fill(dq, dq + nd, 0.f);
+  std::fill(dk, dk + nd, 0.f);
+  std::fill(dv, dv + nd, 0.f);
+  std::vector<float> vrows(nd);
+  for (std::int64_t j = 0; j < N; ++j)
+    for (std::int64_t c = 0; c < d; ++c) vrows[static_cast<std::size_t>(j * d + c)] = vt[c * N + j];
+  const auto blk = static_cast<std::size_t>(Br * Bc);
+  std::vector<float> P(blk), DS(blk), s(static_cast<std::size_t>(Bc)), gT(static_cast<std::size_t>(d * Br)),
+      qT(static_cast<std::size_t>(d * Br)), pc(static_cast<std::size_t>(Br)), dsc(static_cast<std::size_t>(Br));
+  const float alpha = static_cast<float>(hs.scale);
+  for (std::int64_t i0 = 0; i0 < N; i0 += Br) {
+    const std::int64_t i1 = std::min(N, i0 + Br), rows = i1 - i0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < d; ++c) {
+        gT[static_cast<std::size_t>(c * Br + r)] = dout[(i0 + r) * d + c];
+        qT[static_cast<std::size_t>(c * Br + r)] = q[(i0 + r) * d + c];
+      }
+    const std::int64_t kmax = hs.causal ? i1 : N;
+    for (std::int64_t j0 = 0; j0 < kmax; j0 += Bc) {
+      const std::int64_t j1b = std::min(kmax, j0 + Bc);
+      std::fill(P.begin(), P.end(), 0.f);
+      std::fill(DS.begin(), DS.end(), 0.f);
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::int64_t j1 = hs.causal ? std::min(j1b, i + 1) : j1b;
+        if (j1 <= j0) continue;
+        const std::int64_t n = j1 - j0;
+        float* pr = P.data() + (i - i0) * Bc;
+        float* dsr = DS.data() + (i - i0) * Bc;
+        scores<M>(hs, q + i * d, kt, j0, j1, s.data());
+        for (std::int64_t j = 0; j < n; ++j) {
+          pr[j] = exp_diff<M>(s[static_cast<std::size_t>(j)], lse[i]);
+          const float dp = mma_accumulate(0.f, dout + i * d, vrows.data() + (j0 + j) * d, static_cast<int>(d));
+          dsr[j] = bf(bf(pr[j] * alpha) * bf(bf(dp) - delta[i]));
+        }
+        for (std::int64_t c = 0; c < d; ++c) {
+          const float part = mma_accumulate(0.f, dsr, kt + c * N + j0, static_cast<int>(n));
+          dq[i * d + c] = bf(dq[i * d + c] + bf(part));
+        }
+      }
+      for (std::int64_t j = j0; j < j1b; ++j) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          pc[static_cast<std::size_t>(r)] = P[static_cast<std::size_t>(r * Bc + j - j0)];
+          dsc[static_cast<std::size_t>(r)] = DS[static_cast<std::size_t>(r * Bc + j - j0)];
+        }
+        for (std::int64_t c = 0; c < d; ++c) {
+          const float pv = mma_accumulate(0.f, pc.data(), gT.data() + c * Br, static_cast<int>(rows));
+          const float pk = mma_accumulate(0.f, dsc.data(), qT.data() + c * Br, static_cast<int>(rows));
+          dv[j * d + c] = bf(dv[j * d + c] + bf(pv));
+          dk[j * d + c] = bf(dk[j * d + c] + bf(pk));
+        }
+      }
+    }
   }
 }
 
@@ -274,6 +374,7 @@ template <Mode M>
 void backward_head(const HeadShape& hs, const float* q, const float* k, const float* kt, const float* vt,
                    const float* dout, const Real<M>* lse, const Real<M>* delta, Real<M>* dq, Real<M>* dk,
                    Real<M>* dv) {
+  if constexpr (M == Mode::seed_mma) return backward_seed_mma(hs, q, kt, vt, dout, lse, delta, dq, dk, dv);
   using T = Real<M>;
   const std::int64_t N = hs.N, d = hs.d, Br = hs.tile_q, Bc = hs.tile_k;
   const auto nd = static_cast<std::size_t>(N * d);

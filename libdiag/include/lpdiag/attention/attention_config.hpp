@@ -11,11 +11,14 @@ namespace lpdiag {
 
 // fa2: lpdiag's CUDA kernels, operation for operation, with the tensor cores' accumulation
 // (numerics/mma_model.hpp) and the MUFU exp's input rounding; fa2-seq: the same algorithm with
-// every product added one at a time in fp32 (the emulation before the MMA model).
-enum class Policy { fa2, fa2_sequential, seed, fp32, fp8_p };
+// every product added one at a time in fp32 (the emulation before the MMA model). seed: the
+// paper's all-bf16 order with every dot product summed one feature at a time in fp32; seed-mma:
+// the same order and roundings with the matrix products on the tensor cores (MMA model), as the
+// paper's code runs on a GPU, where its bf16 matmuls are tensor-core GEMMs.
+enum class Policy { fa2, fa2_sequential, seed, fp32, fp8_p, seed_mma };
 
 const char* policy_name(Policy p);
-Policy parse_policy(const std::string& name);  // "fa2", "fa2-seq", "seed", "fp32", "fp8-p" (or "fp8-p:e5m2")
+Policy parse_policy(const std::string& name);  // "fa2", "fa2-seq", "seed", "seed-mma", "fp32", "fp8-p" (or "fp8-p:e5m2")
 
 struct FixConfig {
   // sr: no shift; O is rounded to bf16 stochastically (numerics/stochastic_bf16.hpp) instead of

@@ -103,6 +103,9 @@ void flash_backward(const FlashBackwardArgs& a);
 // The seed and fp32 kernels, which flash_forward / flash_backward call for those policies.
 void seed_forward(const FlashForwardArgs& a);
 void seed_backward(const FlashBackwardArgs& a);
+// The seed-mma kernels: seed's order and roundings, the products on the tensor cores.
+void seed_mma_forward(const FlashForwardArgs& a);
+void seed_mma_backward(const FlashBackwardArgs& a);
 void fp32_forward(const FlashForwardArgs& a);
 void fp32_backward(const FlashBackwardArgs& a);
 // Throws unless the kernels implement `n` (the policy, its tiles).

@@ -1,0 +1,60 @@
+// What the seed-mma kernels share (docs/CUDA_KERNELS.md, "The seed-mma kernels"): the seed
+// policy's roundings and tables (seed/seed_math.cuh) with the products on the tensor cores
+// (flash/mma.cuh). Blocks of four warps, 16 rows (query rows, or keys in the dK/dV kernel) per
+// warp; keys (or query rows) streamed through shared memory in chunks of kChunkRows<D>.
+#pragma once
+#include "../flash/mma.cuh"
+#include "../flash/tile_copy.cuh"
+#include "../seed/seed_math.cuh"
+#include "../seed/seed_params.cuh"
+
+namespace lpdiag::cuda::seed_mma {
+
+using seed::bf;
+using seed::kBf16Max;
+using seed::View;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockRows = kWarps * 16;  // rows of a block: 64
+
+// Rows per streamed chunk: 64 at d = 64, 32 at d = 128 (the registers of the products' results).
+template <int D>
+__host__ __device__ constexpr int kChunkRows() {
+  return D == 64 ? 64 : 32;
+}
+
+// The first element of head (b, h) of a view.
+__device__ __forceinline__ const __nv_bfloat16* head_of(const View& v, int b, int h) { return v.ptr + b * v.sb + h * v.sh; }
+
+// A packed pair of bf16 bits (lo in the low half) from two floats that are bf16 values.
+__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) { return flash::pack_bf16(lo, hi); }
+__device__ __forceinline__ float pair_lo(std::uint32_t u) { return seed::from_bits(static_cast<std::uint16_t>(u & 0xffffu)); }
+__device__ __forceinline__ float pair_hi(std::uint32_t u) { return seed::from_bits(static_cast<std::uint16_t>(u >> 16)); }
+
+// The score of an MMA result: S = bf16(bf16(sum) alpha).
+__device__ __forceinline__ float score_of(float sum, float alpha) { return bf(__fmul_rn(bf(sum), alpha)); }
+
+// The four lanes of a quad (lane & ~3 ... + 3), each holding v: (v0 + v1) + (v2 + v3).
+__device__ __forceinline__ float quad_sum_ordered(float v, int lane) {
+  const int base = lane & ~3;
+  const float v0 = __shfl_sync(0xffffffffu, v, base), v1 = __shfl_sync(0xffffffffu, v, base + 1),
+              v2 = __shfl_sync(0xffffffffu, v, base + 2), v3 = __shfl_sync(0xffffffffu, v, base + 3);
+  return __fadd_rn(__fadd_rn(v0, v1), __fadd_rn(v2, v3));
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ int quad_add(int v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// A chunk of `Rows` rows of a (b, h) head into a swizzled tile (rows past n zero), cp.async.
+template <int D, int Rows>
+__device__ __forceinline__ void load_rows(__nv_bfloat16* dst, const View& x, int b, int h, int row0, int n) {
+  flash::load_tile<D, Rows, kThreads>(dst, head_of(x, b, h), x.sn, row0, n);
+}
+
+}  // namespace lpdiag::cuda::seed_mma
