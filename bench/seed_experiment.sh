@@ -16,6 +16,10 @@
 # and seed/safe alone for each of SAFE_SEEDS (default 2).
 # grid runs the arms of GRID_ARMS (default "none paper fp32"; also safe) for each LR:SEED pair of
 # GRID (default "8e-3:1 8e-3:2 6e-3:4"); names end -sSEED.
+# gpt2 runs GPT-2 small (12 layers, 12 heads of 64, width 768, block 1024, batch 16), the paper's
+# recipe at lr LR (default 1e-3), warmup 200, full every 50 steps, for each arm of GPT2_ARMS
+# (default "seedmma-none fp32"; also seedmma-paper, seedmma-safe, fa2-none): the seed arms on the
+# seed-mma kernels (tensor cores) with the paper's 512-key tile, two tiles per row at block 1024.
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
 set -u
@@ -38,7 +42,23 @@ run() {  # name, args...
 }
 echo "== runs $(date +%T)"
 S="--policy seed:tile=128"
-if [ "$ARMS" = grid ]; then
+if [ "$ARMS" = gpt2 ]; then
+G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --autocast
+   --weight-decay 0 --text corpus/kjv.txt --instrument full --full-every 50 --compression 6 --flush-every 50 --log-every 100
+   --weights-every 10 --no-activations --warmup 200 --steps $STEPS"
+lr=${LR:-1e-3}
+M="--policy seed-mma:tile=512"
+for arm in ${GPT2_ARMS:-seedmma-none fp32}; do
+  case $arm in
+    seedmma-none) run $arm-$lr --lr $lr $M & ;;
+    seedmma-paper) run $arm-$lr --lr $lr $M --fix paper & ;;
+    seedmma-safe) run $arm-$lr --lr $lr $M --fix safe & ;;
+    fa2-none) run $arm-$lr --lr $lr --policy fa2 & ;;
+    fp32) run $arm-$lr --lr $lr --attention sdpa-fp32 & ;;
+    *) echo "unknown arm $arm"; exit 2 ;;
+  esac
+done
+elif [ "$ARMS" = grid ]; then
 for pair in ${GRID:-8e-3:1 8e-3:2 6e-3:4}; do
   lr=${pair%%:*}; sd=${pair#*:}
   for arm in ${GRID_ARMS:-none paper fp32}; do

@@ -16,7 +16,7 @@ namespace {
 int train(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines reach a log file as they are printed, even if the run is killed
   gpt2::Config cfg;
-  int64_t steps = 300, batch = 8, warmup = 30, log_every = 25, seed = 1337;
+  int64_t steps = 300, batch = 8, warmup = 30, log_every = 25, seed = 1337, full_every = 0;
   double lr = 3e-3, min_lr = 3e-4, clip = 1.0, weight_decay = 0.1;
   std::string out = "out/gpt2.h5", text = "/usr/share/common-licenses/GPL-3";
   CLI::App app{"GPT-2 training with lpdiag hooks (CPU: emulated bf16 attention)", "gpt2_train"};
@@ -29,9 +29,12 @@ int train(int argc, char** argv) {
   app.add_option("--block", cfg.block)->capture_default_str();
   app.add_option("--lr", lr)->capture_default_str();
   app.add_option("--warmup", warmup)->capture_default_str();
-  app.add_option("--policy", cfg.policy, "Attention numerics: fa2, seed, fp32, fp8-p")->capture_default_str();
+  app.add_option("--policy", cfg.policy, "Attention numerics: fa2, seed, seed-mma, fp32, fp8-p (seed and seed-mma take :tile=N)")->capture_default_str();
   app.add_option("--fix", cfg.fix, "none, paper, safe")->capture_default_str();
   app.add_option("--instrument", cfg.instrument, "off, counters, full")->capture_default_str();
+  app.add_option("--full-every", full_every,
+                 "With --instrument full: full (O and delta errors) every N steps, counters in between; 0 = every step")
+      ->capture_default_str();
   app.add_option("--text", text, "Training text")->capture_default_str();
   app.add_option("--seed", seed)->capture_default_str();
   std::string device = "cpu";
@@ -151,6 +154,7 @@ int train(int argc, char** argv) {
     const double step_lr = step >= spike_step && step < spike_step + spike_len ? cur_lr * spike_factor : cur_lr;
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(step_lr);
     if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();
+    if (full_every > 0 && cfg.instrument == "full") model->set_instrument(step % full_every == 0 ? "full" : "counters");
     auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
     const auto c0 = std::chrono::steady_clock::now();
     const torch::Tensor x = xc.to(dev), y = yc.to(dev);

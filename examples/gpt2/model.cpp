@@ -43,6 +43,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return h + mlp_proj(torch::gelu(c_fc(ln2(h))));
 }
 
+void GPTImpl::set_instrument(const std::string& level) {
+  cfg.instrument = level;
+  for (auto& b : blocks) b->cfg.instrument = level;
+}
+
 GPTImpl::GPTImpl(const Config& c) : cfg(c) {
   wte = register_module("wte", torch::nn::Embedding(c.vocab, c.n_embd));
   wpe = register_module("wpe", torch::nn::Embedding(c.block, c.n_embd));

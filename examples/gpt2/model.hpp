@@ -35,6 +35,8 @@ struct GPTImpl : torch::nn::Module {
   std::vector<Block> blocks;
   torch::nn::LayerNorm ln_f{nullptr};
   torch::nn::Linear lm_head{nullptr};
+  // The op's instrumentation level of every block from now on ("off", "counters", "full").
+  void set_instrument(const std::string& level);
   // Called with each block's output during forward (lpdiag: the Monitor's activations).
   std::function<void(std::size_t layer, const torch::Tensor& out)> observe;
 };
