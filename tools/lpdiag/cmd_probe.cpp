@@ -45,7 +45,7 @@ struct ProbeArgs {
 struct KernelRow {
   std::string name;
   std::string unavailable;  // why it cannot run here; empty when it can
-  AttentionConfig cfg;      // the kernels' numerics: lpdiag-cuda is fa2, lpdiag-cuda:seed[:tile=N] / :fp32 the one-thread-per-row kernels
+  AttentionConfig cfg;      // the kernels' numerics: lpdiag-cuda is fa2, lpdiag-cuda:seed[:tile=N] / :fp32 the one-thread-per-row kernels, :seed-mma[:tile=N] the tensor-core seed kernels
 };
 
 std::vector<KernelRow> parse_kernels(const std::string& text) {
@@ -54,14 +54,14 @@ std::vector<KernelRow> parse_kernels(const std::string& text) {
   for (std::string k; std::getline(ss, k, ',');) {
     if (k.empty()) continue;
     if (k != "lpdiag-cuda" && k.rfind("lpdiag-cuda:", 0) != 0)
-      throw InvalidArgument("--kernel " + k + ": this CLI probes lpdiag-cuda (fa2), lpdiag-cuda:seed[:tile=N] and lpdiag-cuda:fp32 only; PyTorch's "
+      throw InvalidArgument("--kernel " + k + ": this CLI probes lpdiag-cuda (fa2), lpdiag-cuda:seed[:tile=N], lpdiag-cuda:seed-mma[:tile=N] and lpdiag-cuda:fp32 only; PyTorch's "
                             "backends (sdpa-flash, sdpa-cudnn, sdpa-efficient, sdpa-math, flex) and any callable are probed by "
                             "`python3 -m lpdiag probe --kernel " + k + "`");
     KernelRow r{k, {}, {}};
     if (k != "lpdiag-cuda") {
       r.cfg = parse_policy_spec(k.substr(std::string("lpdiag-cuda:").size()));
-      if (r.cfg.policy != Policy::fa2 && r.cfg.policy != Policy::seed && r.cfg.policy != Policy::fp32)
-        throw InvalidArgument("--kernel " + k + ": lpdiag's CUDA kernels implement fa2, seed and fp32");
+      if (r.cfg.policy != Policy::fa2 && r.cfg.policy != Policy::seed && r.cfg.policy != Policy::seed_mma && r.cfg.policy != Policy::fp32)
+        throw InvalidArgument("--kernel " + k + ": lpdiag's CUDA kernels implement fa2, seed, seed-mma and fp32");
     }
 #ifdef LPDIAG_HAVE_CUDA
     if (cuda::device_count() == 0) r.unavailable = "no CUDA device visible";
@@ -202,8 +202,8 @@ Registration register_probe(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("probe", "CI check: flag attention numerics that round with a bias on adversarial inputs");
   sub->add_option("--family", args->families, "Families (default all): iid, sinks, dup-keys, skewed-v, large-logits, long-rows, zero-max, strong-sinks")->delimiter(',');
   sub->add_option("--seeds", args->seeds, "Seeds per family and causal mode (the fixed seed, then the next ones)")->capture_default_str();
-  sub->add_option("-p,--policy", args->policies, "Comma-separated CPU policies: fa2, fa2-seq, seed, fp32, fp8-p, fp8-p:e5m2 (default fa2 unless --kernel is given)");
-  sub->add_option("-k,--kernel", args->kernels, "Also probe real kernels: lpdiag-cuda (lpdiag's fa2 CUDA kernels, every --fix), lpdiag-cuda:seed[:tile=N] (its seed kernels), lpdiag-cuda:fp32 (its fp32 kernels); PyTorch's backends: python3 -m lpdiag probe");
+  sub->add_option("-p,--policy", args->policies, "Comma-separated CPU policies: fa2, fa2-seq, seed, seed-mma, fp32, fp8-p, fp8-p:e5m2 (default fa2 unless --kernel is given)");
+  sub->add_option("-k,--kernel", args->kernels, "Also probe real kernels: lpdiag-cuda (lpdiag's fa2 CUDA kernels, every --fix), lpdiag-cuda:seed[:tile=N] (its seed kernels), lpdiag-cuda:seed-mma[:tile=N] (its tensor-core seed kernels), lpdiag-cuda:fp32 (its fp32 kernels); PyTorch's backends: python3 -m lpdiag probe");
   sub->add_option("--level", args->level, "Instrumentation level of the kernels under test: off, counters, full")->capture_default_str();
   sub->add_option("-f,--fix", args->fixes, "Comma-separated fixes: none, paper, safe (paper:beta=7,tol=1e-3)")->capture_default_str();
   sub->add_option("--causal", args->causal, "yes, no or both")->capture_default_str();
