@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [seedmma] [simt] [python2] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [seedmma] [seedmmaquick] [simt] [python2] [ctest]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -209,6 +209,17 @@ PY
       stage "gpt2_train --policy seed-mma:tile=512 (GPT-2 small, 40 steps)"
       timeout 200 $B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --steps 40 \
         --policy seed-mma:tile=512 --instrument counters --out "$OUT/seed-mma-smoke.h5" --log-every 10 2>&1 | tail -6 ;;
+    seedmmaquick)
+      # The seed-mma kernels after a change: speed first, memcheck on small cases, then the
+      # bit-for-bit test (the longest part; its log keeps each case's line as it comes).
+      stage "bench_seed_kernels --mma-only"
+      timeout 60 $B/bench/bench_seed_kernels --reps 10 --mma-only 2>&1 | tee "$OUT/seed-mma-bench.log"
+      stage "compute-sanitizer memcheck (test_seed_cuda seed-mma --small)"
+      timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_seed_cuda seed-mma --small >"$OUT/seed-mma-memcheck.log" 2>&1
+      echo "rc=$?"; grep -E "ERROR SUMMARY|FAILED|identical" "$OUT/seed-mma-memcheck.log" | tail -3
+      stage "test_seed_cuda seed-mma"
+      timeout ${SEED_TEST_LIMIT:-200} stdbuf -oL $B/tests/test_seed_cuda seed-mma >"$OUT/seed-mma-cuda.log" 2>&1; echo "rc=$?"
+      grep -cE "identical$" "$OUT/seed-mma-cuda.log"; grep -E "FAIL|cases|^device" "$OUT/seed-mma-cuda.log" | head -20 ;;
     seed)
       # The seed CUDA kernels: bit for bit against the CPU emulation, their speed against fa2,
       # the op and the C++ example on them, and a stuck loop's CUDA record.
