@@ -68,16 +68,8 @@ __global__ void __launch_bounds__(kChunk) seed_fwd_kernel(FwdParams p) {
       const float lim = bf(__fsub_rn(tm, p.fix.tol));
       int near = 0;
       for (int j = 0; j < n; ++j) near += from_bits(s[j]) >= lim;
-      if (near >= 2) {
-        if (p.fix.kind == 1) {
-          if (tm > 0.f) shift = __fmul_rn(p.fix.beta, tm);
-          else if (tm < 0.f) shift = 0.f;
-        } else {
-          shift = __fadd_rn(tm, p.fix.offset);
-        }
-        shift = bf(shift);
-        engaged = engaged || fmaxf(m, shift) != fmaxf(m, tm);
-      }
+      shift = fix_shift(p.fix, tm, near);
+      engaged = engaged || fmaxf(m, shift) != fmaxf(m, tm);
     }
     const float m_new = fmaxf(m, shift);
     const float corr = m == neg_inf ? 0.f : exp_diff(p.tables, m, m_new);

@@ -15,6 +15,21 @@ struct FixParams {
   std::uint32_t seed;
 };
 
+// The shift of a tile whose max is tm when `near` of its entries pass the paper's tie test, in
+// the policy's bf16 arithmetic: paper m = beta tm (tm > 0) or 0 (tm < 0), safe m = tm + offset;
+// tm itself when the fix does not engage.
+__device__ __forceinline__ float fix_shift(const FixParams& f, float tm, int near) {
+  if (near < 2) return tm;
+  float shift = tm;
+  if (f.kind == 1) {
+    if (tm > 0.f) shift = __fmul_rn(f.beta, tm);
+    else if (tm < 0.f) shift = 0.f;
+  } else {
+    shift = __fadd_rn(tm, f.offset);
+  }
+  return bf(shift);
+}
+
 struct FwdParams {
   View q, k, v;
   flash::OutView o;

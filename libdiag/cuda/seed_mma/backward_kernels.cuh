@@ -84,23 +84,8 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dkdv_kernel(seed::BwdParams
       if (kw0 < N && !(Causal && r0 + QW - 1 < kw0)) {
         const std::uint32_t q_nk = flash::smem_addr(qc + cur * kChunkElems) + fd.b_nk;
         const std::uint32_t g_nk = flash::smem_addr(gc + cur * kChunkElems) + fd.b_nk;
-        float s[NT][4], dp[NT][4];
-        flash::zero_tiles(s);
-        flash::zero_tiles(dp);
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc) {
-          std::uint32_t kf[4], vf[4];
-          flash::ldmatrix_x4(kf, flash::chunk_xor(k_a, kc));
-          flash::ldmatrix_x4(vf, flash::chunk_xor(v_a, kc));
-#pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            std::uint32_t bq[4], bg[4];
-            flash::ldmatrix_x4(bq, flash::chunk_xor(q_nk, kc) + np * 16 * kRowD);
-            flash::mma_bf16_pair(s, np, kf, bq);
-            flash::ldmatrix_x4(bg, flash::chunk_xor(g_nk, kc) + np * 16 * kRowD);
-            flash::mma_bf16_pair(dp, np, vf, bg);
-          }
-        }
+        float s[NT][4], dp[NT][4];  // S^T = K Q^T and dP^T = V dO^T
+        two_products<KC, NT, kRowD>(s, dp, k_a, v_a, q_nk, g_nk);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -222,23 +207,8 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dq_kernel(seed::BwdParams p
       if (warp_live && !(Causal && kb > wrow0 + 15)) {
         const std::uint32_t k_nk = flash::smem_addr(kc_ + cur * kChunkElems) + fd.b_nk;
         const std::uint32_t v_nk = flash::smem_addr(vc + cur * kChunkElems) + fd.b_nk;
-        float s[NT][4], dp[NT][4];
-        flash::zero_tiles(s);
-        flash::zero_tiles(dp);
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc) {
-          std::uint32_t qf[4], gf[4];
-          flash::ldmatrix_x4(qf, flash::chunk_xor(q_a, kc));
-          flash::ldmatrix_x4(gf, flash::chunk_xor(g_a, kc));
-#pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            std::uint32_t bk[4], bv[4];
-            flash::ldmatrix_x4(bk, flash::chunk_xor(k_nk, kc) + np * 16 * kRowD);
-            flash::mma_bf16_pair(s, np, qf, bk);
-            flash::ldmatrix_x4(bv, flash::chunk_xor(v_nk, kc) + np * 16 * kRowD);
-            flash::mma_bf16_pair(dp, np, gf, bv);
-          }
-        }
+        float s[NT][4], dp[NT][4];  // S = Q K^T and dP = dO V^T
+        two_products<KC, NT, kRowD>(s, dp, q_a, g_a, k_nk, v_nk);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

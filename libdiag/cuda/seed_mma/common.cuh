@@ -63,6 +63,30 @@ __device__ __forceinline__ int quad_add(int v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// S and dP of a warp's 16 rows against a chunk's: s = A1 B1^T and dp = A2 B2^T from zero, in
+// k16 steps over the feature index (KC of them). a1, a2: the lane's A addresses of the warp's rows
+// (LaneFrag::a); b1, b2: its B addresses of the chunk (LaneFrag::b_nk); kRow bytes per row.
+template <int KC, int NT, std::uint32_t kRow>
+__device__ __forceinline__ void two_products(float (&s)[NT][4], float (&dp)[NT][4], std::uint32_t a1, std::uint32_t a2,
+                                             std::uint32_t b1, std::uint32_t b2) {
+  flash::zero_tiles(s);
+  flash::zero_tiles(dp);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    std::uint32_t f1[4], f2[4];
+    flash::ldmatrix_x4(f1, flash::chunk_xor(a1, kc));
+    flash::ldmatrix_x4(f2, flash::chunk_xor(a2, kc));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      std::uint32_t g1[4], g2[4];
+      flash::ldmatrix_x4(g1, flash::chunk_xor(b1, kc) + np * 16 * kRow);
+      flash::mma_bf16_pair(s, np, f1, g1);
+      flash::ldmatrix_x4(g2, flash::chunk_xor(b2, kc) + np * 16 * kRow);
+      flash::mma_bf16_pair(dp, np, f2, g2);
+    }
+  }
+}
+
 // A chunk of `Rows` rows of a (b, h) head into a swizzled tile (rows past n zero), cp.async.
 template <int D, int Rows>
 __device__ __forceinline__ void load_rows(__nv_bfloat16* dst, const View& x, int b, int h, int row0, int n) {

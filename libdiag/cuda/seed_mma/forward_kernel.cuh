@@ -159,16 +159,8 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
               near += (jb + 1 < N && (!Causal || jb + 1 <= row[ri]) && v1 >= lim);
             }
         near = quad_add(near) + (-kBf16Max >= lim ? n_masked : 0);
-        if (near >= 2) {
-          if (p.fix.kind == 1) {
-            if (tm > 0.f) shift = __fmul_rn(p.fix.beta, tm);
-            else if (tm < 0.f) shift = 0.f;
-          } else {
-            shift = __fadd_rn(tm, p.fix.offset);
-          }
-          shift = bf(shift);
-          engaged[ri] = engaged[ri] || fmaxf(m[ri], shift) != fmaxf(m[ri], tm);
-        }
+        shift = seed::fix_shift(p.fix, tm, near);
+        engaged[ri] = engaged[ri] || fmaxf(m[ri], shift) != fmaxf(m[ri], tm);
       }
       m_new[ri] = fmaxf(m[ri], shift);
       corr[ri] = m[ri] == neg_inf ? 0.f : exp_bf16_diff(p.tables, m[ri], m_new[ri]);
