@@ -215,7 +215,7 @@ PY
       stage "bench_seed_kernels --mma-only"
       timeout 60 $B/bench/bench_seed_kernels --reps 10 --mma-only 2>&1 | tee "$OUT/seed-mma-bench.log"
       stage "compute-sanitizer memcheck (test_seed_cuda seed-mma --small)"
-      timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_seed_cuda seed-mma --small >"$OUT/seed-mma-memcheck.log" 2>&1
+      timeout ${SAN_LIMIT:-60} compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_seed_cuda seed-mma --small >"$OUT/seed-mma-memcheck.log" 2>&1
       echo "rc=$?"; grep -E "ERROR SUMMARY|FAILED|identical" "$OUT/seed-mma-memcheck.log" | tail -3
       stage "test_seed_cuda seed-mma"
       timeout ${SEED_TEST_LIMIT:-200} stdbuf -oL $B/tests/test_seed_cuda seed-mma >"$OUT/seed-mma-cuda.log" 2>&1; echo "rc=$?"
