@@ -14,7 +14,7 @@ namespace lpdiag::cuda::seed_mma {
 
 // P and dS of one pair from the MMA results s (Q K^T) and dp (dO V^T).
 __device__ __forceinline__ void p_and_ds(const seed::Tables& t, float& s, float& dp, float lse, float delta, float alpha) {
-  const float pe = exp_bf16_diff(t, score_of(s, alpha), lse);
+  const float pe = seed::exp_diff(t, score_of(s, alpha), lse);
   dp = bf(__fmul_rn(bf(__fmul_rn(pe, alpha)), bf(__fsub_rn(bf(dp), delta))));
   s = pe;
 }

@@ -7,7 +7,6 @@
 #include "../flash/tile_copy.cuh"
 #include "../seed/seed_math.cuh"
 #include "../seed/seed_params.cuh"
-#include "lpdiag/numerics/bf16_exp_shortcut.hpp"
 
 namespace lpdiag::cuda::seed_mma {
 
@@ -32,17 +31,6 @@ __device__ __forceinline__ const __nv_bfloat16* head_of(const View& v, int b, in
 __device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) { return flash::pack_bf16(lo, hi); }
 __device__ __forceinline__ float pair_lo(std::uint32_t u) { return seed::from_bits(static_cast<std::uint16_t>(u & 0xffffu)); }
 __device__ __forceinline__ float pair_hi(std::uint32_t u) { return seed::from_bits(static_cast<std::uint16_t>(u >> 16)); }
-
-// bf16(expf(bf16(a - b))), the seed policy's exp_diff: CUDA's expf rounded to bf16 where that
-// is the table's value (numerics/bf16_exp_shortcut.hpp says why), the table elsewhere.
-__device__ __forceinline__ float exp_bf16_diff(const seed::Tables& t, float a, float b) {
-  const float x = bf(__fsub_rn(a, b));
-  if (fabsf(x) <= kBf16ExpShortcutRange) {
-    const float y = expf(x);
-    if (bf16_exp_shortcut_safe(y)) return bf(y);
-  }
-  return seed::from_bits(__ldg(t.exp + seed::bits_of(x)));
-}
 
 // The score of an MMA result: S = bf16(bf16(sum) alpha).
 __device__ __forceinline__ float score_of(float sum, float alpha) { return bf(__fmul_rn(bf(sum), alpha)); }

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
         engaged[ri] = engaged[ri] || fmaxf(m[ri], shift) != fmaxf(m[ri], tm);
       }
       m_new[ri] = fmaxf(m[ri], shift);
-      corr[ri] = m[ri] == neg_inf ? 0.f : exp_bf16_diff(p.tables, m[ri], m_new[ri]);
+      corr[ri] = m[ri] == neg_inf ? 0.f : seed::exp_diff(p.tables, m[ri], m_new[ri]);
     }
     // Pass 2: P-bar, its row sum in lane order, and the tile's P-bar V from zero.
     float lq[2] = {0.f, 0.f};
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
           for (int e4 = 0; e4 < 4; ++e4) {
             const int ri = e4 / 2, j = kb + nt * 8 + 2 * quad + (e4 & 1);
             const bool real = j < N && (!Causal || j <= row[ri]);
-            const float pe = real ? exp_bf16_diff(p.tables, sv[e4], m_new[ri]) : 0.f;
+            const float pe = real ? seed::exp_diff(p.tables, sv[e4], m_new[ri]) : 0.f;
             if (Level > 0 && real) pbar_one[ri] += pe == 1.f;
             lq[ri] = __fadd_rn(lq[ri], pe);
             pv[nt][e4] = pe;
