@@ -82,7 +82,9 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     if (b.healthy && rel > 0.05) {
       r.attributable = true;
       r.evidence = both + fmt::format(": RUN did not fail by its own trace, but its loss ended {:.0f}% above REF's ({:.4g} against {:.4g}{}): "
-                                      "a degradation the attention numerics caused",
+                                      "a degradation the attention numerics caused, as far as one pair of runs can tell (the same "
+                                      "configuration can end a few percent apart from run to run, e.g. through GPU nondeterminism: "
+                                      "pairs at other seeds confirm it)",
                                       100 * rel, a_loss, b_loss, at) + cfg;
       return r;
     }
