@@ -106,7 +106,7 @@ Registration register_replay(CLI::App& app) {
   auto args = std::make_shared<ReplayArgs>();
   CLI::App* sub = app.add_subcommand("replay", "Replay a captured attention step under other numerics (policies x fixes)");
   sub->add_option("capture", args->path, "Capture file (NAME.capture.<step>.<layer>.h5)")->required();
-  sub->add_option("-p,--policy", args->policies, "Comma-separated policies: fa2, seed, fp32, fp8-p, fp8-p:e5m2, NAME:tile=K, or recorded (the capture's own)")->capture_default_str();
+  sub->add_option("-p,--policy", args->policies, "Comma-separated policies: fa2, seed, seed-mma, fp32, fp8-p, fp8-p:e5m2, NAME:tile=K, or recorded (the capture's own)")->capture_default_str();
   sub->add_option("-f,--fix", args->fixes, "Comma-separated fixes: none, paper, safe, sr; parameters as paper:beta=7,tol=1e-3; or recorded (the capture's own)")->capture_default_str();
   sub->add_option("--tile", args->tile, "Query and key tile size for every policy (0: each policy's own, 64 or its :tile=K)")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object {capture, exact_rounding, recorded (when the capture holds o), results:[...]} on stdout");
