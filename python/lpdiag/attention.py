@@ -4,7 +4,7 @@
     y = lpdiag.attention(q, k, v, causal=True, policy="seed:tile=512", fix="paper", level="full")
 
 q, k, v: (B, H, N, d) tensors of one dtype and device. CUDA: bfloat16, d 64 or 128, policies
-fa2, seed and fp32 (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
+fa2, seed, seed-mma and fp32 (lpdiag's kernels). CPU: bfloat16 or float32, any d, every policy (the emulation).
 `level`: off, counters or full; None (the default) takes the running Monitor's level for the
 step (counters, or full every `full_every` steps), else counters.
 `layer`: the attention layer the counters belong to; None takes the layer the active
