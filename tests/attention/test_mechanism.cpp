@@ -78,7 +78,7 @@ TEST_CASE("(d) fp32 policy shows no bias on the adversarial input", "[attention]
 TEST_CASE("(e) a large repeated max: the paper fix with a large beta underflows (NaN, or zeros under the paper's floor), safe does not",
           "[attention][mechanism][fix]") {
   const Tensors t = repeated_max(1, 64, 16, 120.0f, 5);  // max score 120 in every row
-  for (Policy p : {Policy::fa2, Policy::seed}) {
+  for (Policy p : {Policy::fa2, Policy::seed, Policy::seed_mma}) {
     const AttentionRun paper = run_attention(config(p, "paper:beta=8"), t.inputs());
     const AttentionRun safe = run_attention(config(p, "safe"), t.inputs());
     INFO(policy_name(p) << ": paper NaN " << paper.nan_count << ", safe NaN " << safe.nan_count);
@@ -86,7 +86,7 @@ TEST_CASE("(e) a large repeated max: the paper fix with a large beta underflows 
     if (p == Policy::fa2) {
       CHECK(paper.nan_count > 0);  // exp(120 - 960) underflows: the row sum is 0
     } else {
-      // seed follows the paper's code, whose 1e-10 floor on the tile row sum hides the
+      // seed and seed-mma follow the paper's code, whose 1e-10 floor on the tile row sum hides the
       // underflow: no NaN, but O = 0 / 1e-10 = 0 in every element.
       CHECK(paper.nan_count == 0);
       float largest = 0.0f;
