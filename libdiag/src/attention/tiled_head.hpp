@@ -100,16 +100,21 @@ inline float sequential_sum(const float* p, std::int64_t n) {
   return ls;
 }
 
-// The same sum as the mma.sync kernels form it: lane q of a row's quad adds keys 8 t + 2 q and
-// 8 t + 2 q + 1 of every n8 tile t in order, then the quad adds (0 + 1) + (2 + 3).
-inline float lane_order_sum(const float* p, std::int64_t n) {
-  float lq[4] = {0.f, 0.f, 0.f, 0.f};
+// A tile's P-bar into the four lane sums of a row's quad, as the mma.sync kernels add them: lane
+// q adds keys 8 t + 2 q and 8 t + 2 q + 1 of every n8 tile t in order.
+inline void lane_order_add(float (&lq)[4], const float* p, std::int64_t n) {
   for (std::int64_t n8 = 0; n8 < n; n8 += 8)
     for (int q4 = 0; q4 < 4; ++q4)
       for (std::int64_t e = 0; e < 2; ++e) {
         const std::int64_t j = n8 + 2 * q4 + e;
         if (j < n) lq[q4] += p[j];
       }
+}
+
+// The tile's row sum as the kernels form it: the lane sums from zero, then (0 + 1) + (2 + 3).
+inline float lane_order_sum(const float* p, std::int64_t n) {
+  float lq[4] = {0.f, 0.f, 0.f, 0.f};
+  lane_order_add(lq, p, n);
   return (lq[0] + lq[1]) + (lq[2] + lq[3]);
 }
 
@@ -232,12 +237,7 @@ void forward_head(const HeadShape& hs, const float* q, const float* kt, const fl
         // j0 + 8 n + 2 q and + 1 of n-tile n), rescaled per tile and summed (0 + 1) + (2 + 3) at
         // the end; acc += bf16(P-bar) V in k16 tensor-core steps over the tile's keys.
         for (float& lq : lpart) lq *= corr;
-        for (std::int64_t n8 = 0; n8 < n; n8 += 8)
-          for (int q4 = 0; q4 < 4; ++q4)
-            for (std::int64_t e = 0; e < 2; ++e) {
-              const std::int64_t j = n8 + 2 * q4 + e;
-              if (j < n) lpart[static_cast<std::size_t>(q4)] += p[j];
-            }
+        lane_order_add(lpart, p.data(), n);
         for (std::int64_t c = 0; c < d; ++c) acc[c] *= corr;
         for (std::int64_t k0 = 0; k0 < n; k0 += 16) {
           const int w = static_cast<int>(std::min<std::int64_t>(16, n - k0));
