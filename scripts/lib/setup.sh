@@ -8,7 +8,7 @@ LPDIAG_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libhdf5-dev hdf5-tools python3-h5py zlib1g-dev
   libeigen3-dev libfmt-dev nlohmann-json3-dev libcli11-dev catch2
-  libtorch-dev python3-torch
+  libtorch-dev python3-torch python3-pip python3-setuptools
   clang-14 libclang-rt-14-dev
   chromium
 )

@@ -36,6 +36,9 @@ if /usr/bin/python3 -m pip --version >/dev/null 2>&1 && /usr/bin/python3 -c "imp
   /usr/bin/python3 -m pip install --quiet --no-build-isolation --no-deps --no-index --target "$work/pip" "$work/python-src" \
     > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
   (cd "$work" && PYTHONPATH="$work/pip" /usr/bin/python3 -c "import lpdiag, os; assert lpdiag.__file__.startswith('$work/pip'), lpdiag.__file__; print('pip install ./python:', os.path.dirname(lpdiag.__file__))")
+elif [[ -n "${CI:-}" ]]; then
+  echo "FAIL pip install ./python: no pip or setuptools for /usr/bin/python3 (scripts/lib/setup.sh installs python3-pip and python3-setuptools)"
+  exit 1
 else
   echo "SKIP pip install ./python: no pip or setuptools for /usr/bin/python3"
 fi
