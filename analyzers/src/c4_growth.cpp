@@ -46,10 +46,16 @@ std::vector<double> background(const std::vector<Series>& all, int K) {
   return bg;
 }
 
-// End (last tenth) over start (first fiftieth: events start early in real runs).
+// The bins that stand for a series' end: the last fortieth (at least 3, for a median). Growth
+// that runs away just before the values turn non-finite fills only the last few percent of what
+// is read; a median over the last tenth (before session 18) halved it, and gen2 chains whose
+// growth took the last 7% before NaN were missed.
+int end_bins(int K) { return std::max(3, K / 40); }
+
+// End over start (first fiftieth: events start early in real runs).
 double rise_of(const std::vector<double>& e, int K) {
-  const int n_end = std::max(2, K / 10), n_start = std::max(2, K / 50);
-  return tools::median(tools::finite_values(e, K - n_end, K)) - tools::median(tools::finite_values(e, 0, n_start));
+  const int n_start = std::max(2, K / 50);
+  return tools::median(tools::finite_values(e, K - end_bins(K), K)) - tools::median(tools::finite_values(e, 0, n_start));
 }
 
 }  // namespace
@@ -106,7 +112,7 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     const double noise = cp::diff_noise_sd(excess[i]);
     const int n_end = std::max(2, K / 10);
     const double pre = tools::median(tools::finite_values(es, std::max(0, f.tau - n_end), std::max(1, f.tau)));
-    const double growth = tools::median(tools::finite_values(es, K - n_end, K)) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
+    const double growth = tools::median(tools::finite_values(es, K - end_bins(K), K)) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
     if (!(growth >= std::log(1.3) && growth > 6 * noise)) continue;
     if (corrected && !(rises[i] - rise_med > 6 * rise_sd)) continue;  // not singled out among the heads
     if (growth <= best_growth) continue;
