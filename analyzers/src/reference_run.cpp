@@ -40,6 +40,14 @@ std::string describe(const RunVerdict& v) {
 }
 
 // Median finite loss of `t` over the bins whose step lies in [lo, hi].
+// REF's loss plateau, when its own verdict warns of one: a REF that stopped learning too did not
+// show that other numerics save the run, whatever its loss.
+const FailureSign* plateau(const RunVerdict& v) {
+  for (const auto& w : v.warnings)
+    if (w.kind == "loss_plateau") return &w;
+  return nullptr;
+}
+
 double loss_between(const BinnedTrace& t, std::int64_t lo, std::int64_t hi) {
   const auto loss = loss_series(t);
   std::vector<double> in;
@@ -99,8 +107,18 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     const std::string base = both + fmt::format(": REF does not record what RUN failed on ({}); final loss {:.4g} against {:.4g}{}",
                                                 a.failure.kind, a_loss, b_loss, at);
     if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
+    else if (const FailureSign* p = plateau(b); p && rel > 0.05)
+      r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower, but REF stopped learning too (a loss plateau from step {}): "
+                                      "the other numerics made the run less bad, not healthy; a learning rate at which REF learns decides",
+                                      100 * rel, p->onset_step) + cfg;
     else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower", 100 * rel) + cfg;
     else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare" + cfg;
+    return r;
+  }
+  if (const FailureSign* p = plateau(b); b.healthy && p) {
+    r.evidence = both + fmt::format(": REF did not fail, but it stopped learning (a loss plateau from step {}), so it cannot show that "
+                                    "other numerics save the run; a learning rate at which REF learns decides",
+                                    p->onset_step) + cfg;
     return r;
   }
   if (b.healthy) {

@@ -57,3 +57,22 @@ TEST_CASE("reference: a REF without logits is judged by its loss when RUN failed
   REQUIRE(b.attributable.has_value());
   CHECK(*b.attributable);
 }
+
+TEST_CASE("reference: a REF that stopped learning (loss plateau) does not show that other numerics save RUN", "[reference]") {
+  ChainResult run = with_verdict(false, "attention_logit_growth", 9);
+  run.run.final_loss = 2.679, run.run.max_logit = 23900;
+  ChainResult stuck = with_verdict(true);
+  stuck.run.final_loss = 2.448;  // 9% lower, no logits recorded (session 18's fp32 arm at lr 3e-3)
+  stuck.run.warnings = {{"loss_plateau", 42, 10, "test"}};
+  const auto a = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  CHECK_FALSE(a.attributable.has_value());
+  CHECK(a.evidence.find("stopped learning too") != std::string::npos);
+  stuck.run.max_logit = 50;  // REF with logits, healthy by them, still on a plateau
+  const auto b = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  CHECK_FALSE(b.attributable.has_value());
+  stuck.run.final_loss = 2.67;  // the same loss: fails alike
+  stuck.run.max_logit = -1;
+  const auto c = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  REQUIRE(c.attributable.has_value());
+  CHECK_FALSE(*c.attributable);
+}
