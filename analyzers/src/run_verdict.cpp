@@ -174,6 +174,19 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
       if (std::isfinite(gain)) s.evidence += fmt::format("; the loss fell only {:.1f}% over the second half of the run", 100 * gain);
       v.signs.push_back(s);
     }
+  } else if (v.max_logit >= 1000) {
+    // Logits that reached one-hot softmax territory more slowly than a collapse: not the failure
+    // rule, but never unsaid. GPT-2 small at lr 2e-3 with the paper's fix rose 20x per tenth to
+    // 7,424 while the run without the fix rose 30x to 4,896 and failed by the rule (session 18).
+    int peak = 0;
+    for (int b = 0; b < t.bins; ++b)
+      if (v.logit_series[static_cast<std::size_t>(b)] > v.logit_series[static_cast<std::size_t>(peak)] ||
+          !(v.logit_series[static_cast<std::size_t>(peak)] >= 0))
+        peak = b;
+    v.warnings.push_back({"attention_logit_growth", t.bin_step(peak), peak,
+                          fmt::format("the max attention logit reached {:.4g} (step {}), though more slowly than a collapse (30x within a "
+                                      "tenth of the run): at that size the bf16 softmax is one-hot",
+                                      v.max_logit, t.bin_step(peak))});
   }
   if (loss_stall(t, loss, s)) v.signs.push_back(s);
   else if (loss_plateau(t, loss, s)) v.warnings.push_back(s);

@@ -20,6 +20,14 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    loss ended 12% higher, a degradation attributable to the numerics (true), seed/paper's 2%
    (nothing to attribute, null). Before session 14 the verdict called all three lpdiag arms
    failed (attention_logit_growth from step 15).
+ - GPT-2 small at lr 2e-3 (session 18, warmup 200, 2,000-step cosine, four arms sharing the GPU,
+   cut at 1,150-1,350 steps): seed-mma/none failed (attention_logit_growth from step 106, max
+   logit 4,900, its loss rising 2.33 -> 2.49 on the character-frequency plateau), no chain (no
+   biased delta error, no W_Q head singled out); with the paper's fix healthy by the rule, but
+   its logits rose as high (7,424, 20x per tenth against 30x: a warning) and it sat on the
+   plateau too; fp32 (SDPA) healthy but on the plateau (loss_plateau
+   warning, 2.31). Against either, RUN's failure is not attributable (null): a reference that
+   stopped learning too does not show that other numerics save the run.
    seed_runs.py LPDIAG_BINARY FIXTURE_DIR"""
 import os
 import subprocess
@@ -72,6 +80,26 @@ def main():
               ref["attributable_to_attention_numerics"] is want and ref["failed"] is False)
     j = analyze(lpdiag, f"{d}/fp32-6e-3.h5")
     check("fp32-6e-3: healthy, no warning (no logits recorded)", j["run"]["healthy"] and not j["run"]["warnings"])
+    j = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3.h5", "--reference", f"{d}/gpt2-fp32-2e-3.h5")
+    run, ref = j["run"], j["reference"]
+    check(f"gpt2-seedmma-none-2e-3: failed, attention_logit_growth ({(run['failure'] or {}).get('onset_step')})",
+          not run["healthy"] and run["failure"]["kind"] == "attention_logit_growth" and run["max_logit"] > 1000)
+    check("gpt2-seedmma-none-2e-3: no causal chain, C2 missing", not j["chain"]["found"] and "C2" in j["missing_links"])
+    check(f"gpt2-seedmma-none-2e-3 against gpt2-fp32-2e-3: undecided, the reference on a plateau ({ref['evidence'][-150:]})",
+          ref["attributable_to_attention_numerics"] is None and ref["failed"] is False and "stopped learning too" in ref["evidence"])
+    rc = subprocess.run([lpdiag, "check", f"{d}/gpt2-seedmma-none-2e-3.h5"], capture_output=True, text=True)
+    check(f"gpt2-seedmma-none-2e-3: check exits 1 and names the failure (got {rc.returncode})",
+          rc.returncode == 1 and "attention_logit_growth" in rc.stdout + rc.stderr)
+    for name in ("gpt2-seedmma-paper-2e-3", "gpt2-fp32-2e-3"):
+        j = analyze(lpdiag, f"{d}/{name}.h5")
+        kinds = [w["kind"] for w in j["run"]["warnings"]]
+        check(f"{name}: healthy with a loss_plateau warning ({kinds})", j["run"]["healthy"] and "loss_plateau" in kinds and not j["chain"]["found"])
+        if name == "gpt2-seedmma-paper-2e-3":  # logits like seed/none's, risen a little more slowly: said, as a warning
+            check(f"{name}: an attention_logit_growth warning (max logit {j['run']['max_logit']})",
+                  "attention_logit_growth" in kinds and j["run"]["max_logit"] > 5000)
+    ref = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3.h5", "--reference", f"{d}/gpt2-seedmma-paper-2e-3.h5")["reference"]
+    check("gpt2-seedmma-none-2e-3 against its paper-fix twin: undecided (the fixed run is on the plateau too)",
+          ref["attributable_to_attention_numerics"] is None and ref["failed"] is False)
     print("FAIL" if bad else "ok")
     return 1 if bad else 0
 

@@ -102,7 +102,7 @@ namespace {
 // Max logits that rise 1 -> ~1,500 within the first 5% of the run and stay there (a collapse by
 // the attention_logit_growth rule), with the loss `loss(record)`; Student-t noise on both.
 template <class Loss>
-analysis::ChainResult logit_run(const std::string& name, unsigned seed, Loss loss) {
+analysis::ChainResult logit_run(const std::string& name, unsigned seed, Loss loss, double rise_fraction = 0.05) {
   std::mt19937 rng(seed);
   std::student_t_distribution<double> t3(3.0);
   const std::string path = lpdiag_test::temp_path("verdict", name);
@@ -115,7 +115,7 @@ analysis::ChainResult logit_run(const std::string& name, unsigned seed, Loss los
     for (int r = 0; r < R; ++r) {
       TraceRecord rec = TraceRecord::unmeasured(L, r);
       rec.scalars = {loss(r) + 0.01 * t3(rng), 1e-3, 1.0};
-      const double grown = 1500.0 * (1.0 + 0.05 * t3(rng)), x = std::min(1.0, r / (0.05 * R));
+      const double grown = 1500.0 * (1.0 + 0.05 * t3(rng)), x = std::min(1.0, r / (rise_fraction * R));
       for (auto& c : rec.attention[0]) c = HeadCounters{}, c.rows = 100, c.logit_max = static_cast<float>(std::exp(x * std::log(grown)));
       w.append(rec);
     }
@@ -165,4 +165,16 @@ TEST_CASE("a loss that falls early and then stops learning is a plateau warning,
   const auto c = analysis::reconstruct_chain(analysis::bin_traces({tail}));
   CHECK(c.run.healthy);
   CHECK(c.run.warnings.empty());
+}
+
+// Logits that rise 1 -> ~1,500 evenly over 80% of the run (~2.5x per tenth, below the collapse
+// rule's 30x) are still said: a warning, as session 18's paper-fix arm (7,424) needed.
+TEST_CASE("logits past 1,000 that rose slowly are a warning", "[analyzers][verdict]") {
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  const auto slow = logit_run("logit-slow.h5", seed, [](int r) { return 1.0 + 3.0 * std::exp(-r / 800.0); }, 0.8);
+  CHECK(slow.run.healthy);
+  REQUIRE(slow.run.warnings.size() == 1);
+  CHECK(slow.run.warnings[0].kind == "attention_logit_growth");
+  CHECK(slow.run.warnings[0].evidence.find("more slowly than a collapse") != std::string::npos);
 }
