@@ -94,6 +94,9 @@ def main():
         j = analyze(lpdiag, f"{d}/{name}.h5")
         kinds = [w["kind"] for w in j["run"]["warnings"]]
         check(f"{name}: healthy with a loss_plateau warning ({kinds})", j["run"]["healthy"] and "loss_plateau" in kinds and not j["chain"]["found"])
+        rc = subprocess.run([lpdiag, "check", f"{d}/{name}.h5"], capture_output=True, text=True)
+        check(f"{name}: check passes (exit {rc.returncode}) and says the plateau on stderr",
+              rc.returncode == 0 and "warning: loss_plateau" in rc.stderr and not rc.stdout.strip())
         if name == "gpt2-seedmma-paper-2e-3":  # logits like seed/none's, risen a little more slowly: said, as a warning
             check(f"{name}: an attention_logit_growth warning (max logit {j['run']['max_logit']})",
                   "attention_logit_growth" in kinds and j["run"]["max_logit"] > 5000)

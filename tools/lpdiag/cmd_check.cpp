@@ -1,6 +1,6 @@
 // `lpdiag check TRACE… [--max-bias-z Z] [--max-repeated-rate R] [--junit FILE]`: the CI gate.
 // Exit 0 clean, 1 a failed run, biased rounding or a chain, 2 unusable input. One `file:step: message` line
-// per finding.
+// per finding on stdout; the run verdict's warnings, which do not fail the gate, on stderr.
 #include <fmt/core.h>
 
 #include <iostream>
@@ -52,6 +52,9 @@ int run_check(const CheckArgs& a) {
         }
     }
     for (const auto& line : lines) std::cout << line << "\n";
+    // Warnings (a plateau, logits that grew while the loss kept learning) do not fail the gate,
+    // but are never unsaid: one line each on stderr.
+    for (const auto& w : c.run.warnings) std::cerr << fmt::format("{}:{}: warning: {}: {}\n", p, w.onset_step, w.kind, w.evidence);
     findings += static_cast<int>(lines.size());
     std::string msg;
     for (const auto& line : lines) msg += (msg.empty() ? "" : "\n") + line;
