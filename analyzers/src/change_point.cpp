@@ -201,8 +201,10 @@ Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_c
   double raw_before = tools::nan();
   if (f.width <= 0 && f.tau >= 1 && f.tau <= 2 * smooth + 1) {
     const auto pre = tools::finite_values(x, 0, f.tau), post = tools::finite_values(x, f.tau, std::min(K, f.tau + std::max(min_post, K / 10)));
-    if (!pre.empty() && post.size() >= 3 && tools::median(post) - tools::median(pre) > r.d)
-      raw_before = tools::median(pre), r.d = tools::median(post) - raw_before;
+    if (!pre.empty() && post.size() >= 3) {
+      const double before = tools::median(pre), change = tools::median(post) - before;
+      if (change > r.d) raw_before = before, r.d = change;
+    }
   }
   if (!(r.d > r.margin)) return r;
   int n = 0, up = 0;

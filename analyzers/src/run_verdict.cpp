@@ -87,11 +87,9 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
   return false;
 }
 
-bool loss_stall(const BinnedTrace& t, const std::vector<double>& loss, FailureSign& s) {
+// `x`: the loss with its non-finite bins as NaN (finite_loss below).
+bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign& s) {
   const int K = t.bins;
-  std::vector<double> x(loss.size(), tools::nan());
-  for (std::size_t b = 0; b < loss.size(); ++b)
-    if (std::isfinite(loss[b])) x[b] = loss[b];
   if (tools::finite_values(x, 0, K).size() < 10) return false;
   const auto xs = cp::running_median(x, std::max(1, K / 50));
   const int n_end = std::max(2, K / 10);
@@ -113,20 +111,26 @@ bool loss_stall(const BinnedTrace& t, const std::vector<double>& loss, FailureSi
   return true;
 }
 
+// The loss per bin with its non-finite bins (an Inf loss) as NaN: the stall and plateau rules
+// read the finite course; non-finite values are a failure of their own.
+std::vector<double> finite_loss(const std::vector<double>& loss) {
+  std::vector<double> x(loss.size(), tools::nan());
+  for (std::size_t b = 0; b < loss.size(); ++b)
+    if (std::isfinite(loss[b])) x[b] = loss[b];
+  return x;
+}
+
 // A run that learned at first and then stopped: the loss fell >= 20% from its first bins to the
 // first fifth of the run and < 3% over the remaining four fifths. GPT-2 small at lr 3e-3 in fp32 attention
-// (docs/REPRODUCTION.md, session 18) fell 4.72 -> 2.43 in 200 steps and sat at 2.43-2.45 for the
-// next 1,750 (the character frequencies, nothing of context), while every run that kept learning
+// (docs/REPRODUCTION.md, session 18) fell 4.72 -> 2.44 in ~40 steps and sat at 2.43-2.45 for the
+// next 1,900 (the character frequencies, nothing of context), while every run that kept learning
 // improved 12.6-42% over its second half alone (docs/REAL_RUNS.md, REPRODUCTION.md). A trace
 // of a converged run's tail does not show the early fall. Only a warning: healthy GPT-2 runs at
 // lr 1e-3 sit on that plateau (2.36) for a few hundred steps before they learn context, so a
 // short trace of one looks the same.
-bool loss_plateau(const BinnedTrace& t, const std::vector<double>& loss, FailureSign& s) {
+bool loss_plateau(const BinnedTrace& t, const std::vector<double>& x, FailureSign& s) {
   const int K = t.bins;
   if (K < 40) return false;
-  std::vector<double> x(loss.size(), tools::nan());
-  for (std::size_t b = 0; b < loss.size(); ++b)
-    if (std::isfinite(loss[b])) x[b] = loss[b];
   const auto first = tools::finite_values(x, 0, 2), early = tools::finite_values(x, K / 5, K / 5 + K / 10),
              last = tools::finite_values(x, K - K / 10, K);
   if (first.empty() || early.size() < 3 || last.size() < 3) return false;
@@ -178,18 +182,16 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
     // Logits that reached one-hot softmax territory more slowly than a collapse: not the failure
     // rule, but never unsaid. GPT-2 small at lr 2e-3 with the paper's fix rose 20x per tenth to
     // 7,424 while the run without the fix rose 30x to 4,896 and failed by the rule (session 18).
-    int peak = 0;
-    for (int b = 0; b < t.bins; ++b)
-      if (v.logit_series[static_cast<std::size_t>(b)] > v.logit_series[static_cast<std::size_t>(peak)] ||
-          !(v.logit_series[static_cast<std::size_t>(peak)] >= 0))
-        peak = b;
+    int peak = 0;  // the first bin that holds the maximum (NaN bins hold none)
+    while (peak + 1 < t.bins && !(v.logit_series[static_cast<std::size_t>(peak)] == v.max_logit)) ++peak;
     v.warnings.push_back({"attention_logit_growth", t.bin_step(peak), peak,
                           fmt::format("the max attention logit reached {:.4g} (step {}), though more slowly than a collapse (30x within a "
                                       "tenth of the run): at that size the bf16 softmax is one-hot",
                                       v.max_logit, t.bin_step(peak))});
   }
-  if (loss_stall(t, loss, s)) v.signs.push_back(s);
-  else if (loss_plateau(t, loss, s)) v.warnings.push_back(s);
+  const auto finite = finite_loss(loss);
+  if (loss_stall(t, finite, s)) v.signs.push_back(s);
+  else if (loss_plateau(t, finite, s)) v.warnings.push_back(s);
   std::stable_sort(v.signs.begin(), v.signs.end(), [](const FailureSign& a, const FailureSign& b) { return a.onset_step < b.onset_step; });
   if (v.signs.empty()) return v;
   v.healthy = false;
