@@ -194,6 +194,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     c.findings.push_back("no causal chain: " + why);
     if (!c.run.healthy) {
       c.decide = decide;
+      c.open_finding = static_cast<int>(c.findings.size());
       c.findings.push_back("whether attention numerics caused this failure is open; " + decide);
     }
     return c;
@@ -305,6 +306,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
         "cause that starts after the bias shows too; whether the growth rate rises and falls with the bias could not be tested "
         "({} bins while W_Q grows; a driven growth would show z {:.1f} there, r {:.2f} seen)",
         c.layer_index, c.head, c.correlation.r, c.correlation.p, covariation.n, expected_z, covariation.r));
+    c.open_finding = static_cast<int>(c.findings.size());
     c.findings.push_back("whether the attention numerics drive this growth is open; " + decide);
     return c;
   }
@@ -318,6 +320,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                                    c.layer_index, c.head, c.correlation.lag_bins, c.correlation.r, c.correlation.p));
   if (c.simultaneous)
     c.findings.push_back("the order of trigger, bias and growth is not resolved in this trace; " + decide);
+  c.open_finding = static_cast<int>(c.findings.size());
   c.findings.push_back("order and correlation suggest, they do not prove: a counterfactual run decides (" + decide + ")");
   return c;
 }

@@ -144,4 +144,28 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   return r;
 }
 
+void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
+  if (c.run.healthy && !cmp.attributable) return;  // nothing failed and nothing to attribute: no question was open
+  std::string answer;
+  if (!cmp.attributable) {
+    answer = fmt::format("the reference run {} does not decide it: {}", cmp.path, cmp.evidence);
+    c.findings.push_back(answer);
+    return;
+  }
+  if (*cmp.attributable) {
+    answer = fmt::format("the reference run {} decides: attributable to the attention numerics ({})", cmp.path, cmp.evidence);
+    if (!c.found && !c.links[1].present)
+      answer += "; not through the chain's biased rounding (no biased delta error was recorded): the numerics act another way, "
+                "e.g. through the attention logits";
+  } else {
+    answer = fmt::format("the reference run {} decides: not attributable to the attention numerics ({})", cmp.path, cmp.evidence);
+  }
+  c.decide.clear();
+  if (c.open_finding >= 0 && c.open_finding < static_cast<int>(c.findings.size()))
+    c.findings[static_cast<std::size_t>(c.open_finding)] = answer;
+  else
+    c.findings.push_back(answer);
+  c.open_finding = -1;
+}
+
 }  // namespace lpdiag::analysis

@@ -102,6 +102,9 @@ def main():
     check("gpt2-seedmma-paper-2e-3: no causal chain, C2 missing", not j["chain"]["found"] and "C2" in j["missing_links"])
     check(f"gpt2-seedmma-paper-2e-3 against gpt2-fp32-2e-3: attributable ({ref['evidence'][-120:]})",
           ref["attributable_to_attention_numerics"] is True and ref["failed"] is False)
+    check("gpt2-seedmma-paper-2e-3 with --reference: the findings give the answer, not the open question nor the run to make",
+          any("decides: attributable" in f and "not through the chain's biased rounding" in f for f in j["findings"])
+          and not any("is open" in f for f in j["findings"]) and j["decide_with"] is None)
     rc = subprocess.run([lpdiag, "check", f"{d}/gpt2-seedmma-paper-2e-3.h5"], capture_output=True, text=True)
     check(f"gpt2-seedmma-paper-2e-3: check exits 1 and names the failure (got {rc.returncode})",
           rc.returncode == 1 and "attention_logit_growth" in rc.stdout + rc.stderr)

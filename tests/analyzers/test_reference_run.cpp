@@ -76,3 +76,36 @@ TEST_CASE("reference: a REF that stopped learning (loss plateau) does not show t
   REQUIRE(c.attributable.has_value());
   CHECK_FALSE(*c.attributable);
 }
+
+TEST_CASE("reference: a decided comparison answers the open question in RUN's findings", "[reference]") {
+  ChainResult run = with_verdict(false, "attention_logit_growth", 12);
+  run.findings = {"run verdict: FAILED", "no causal chain: missing C2", "whether attention numerics caused this failure is open; the run that decides: X"};
+  run.open_finding = 2;
+  run.decide = "the run that decides: X";
+  ReferenceComparison yes{"ref.h5", false, true, "REF healthy, its loss 22% lower", {}};
+  ChainResult a = run;
+  settle_with_reference(a, yes);
+  REQUIRE(a.findings.size() == 3);
+  CHECK(a.findings[2].find("decides: attributable") != std::string::npos);
+  CHECK(a.findings[2].find("22% lower") != std::string::npos);
+  // C2 (links[1]) absent and no chain: the numerics act another way than the chain's rounding.
+  CHECK(a.findings[2].find("not through the chain's biased rounding") != std::string::npos);
+  CHECK(a.decide.empty());
+  for (const auto& f : a.findings) CHECK(f.find("is open") == std::string::npos);
+
+  ChainResult b = run;
+  settle_with_reference(b, ReferenceComparison{"ref.h5", true, false, "fails alike", {}});
+  CHECK(b.findings[2].find("decides: not attributable") != std::string::npos);
+  CHECK(b.decide.empty());
+
+  ChainResult u = run;  // undecided: the question stays open, the reason beside it
+  settle_with_reference(u, ReferenceComparison{"ref.h5", false, std::nullopt, "REF stopped learning too", {}});
+  REQUIRE(u.findings.size() == 4);
+  CHECK(u.findings[2].find("is open") != std::string::npos);
+  CHECK(u.findings[3].find("does not decide") != std::string::npos);
+  CHECK_FALSE(u.decide.empty());
+
+  ChainResult h = with_verdict(true);  // healthy, nothing attributable: nothing added
+  settle_with_reference(h, ReferenceComparison{"ref.h5", false, std::nullopt, "nothing failed", {}});
+  CHECK(h.findings.empty());
+}

@@ -48,13 +48,14 @@ void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
 
 int run_analyze(const AnalyzeArgs& a) {
   ProgressBar bar("reading");
-  const AnalyzedRun run = analyze_run(a.paths, a.bins, a.bias_z, a.workers, [&](double f) { bar(f); });
+  AnalyzedRun run = analyze_run(a.paths, a.bins, a.bias_z, a.workers, [&](double f) { bar(f); });
   std::optional<AnalyzedRun> ref;
   std::optional<analysis::ReferenceComparison> cmp;
   if (!a.reference.empty()) {
     ProgressBar rbar("reading the reference");
     ref = analyze_run(a.reference, a.bins, a.bias_z, a.workers, [&](double f) { rbar(f); });
     cmp = compare_runs(run, a.reference.front(), *ref);
+    analysis::settle_with_reference(run.c, *cmp);
   }
   if (a.json) {
     nlohmann::json j = chain_to_json(run.t, run.c);

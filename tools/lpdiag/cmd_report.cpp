@@ -38,7 +38,7 @@ std::vector<double> resample(const analysis::BinnedTrace& from, const std::vecto
 
 int run_report(const ReportArgs& a) {
   ProgressBar bar("reading");
-  const AnalyzedRun run = analyze_run(a.paths, 512, 4.0, 0, [&](double f) { bar(f); }, /*o_error=*/true);
+  AnalyzedRun run = analyze_run(a.paths, 512, 4.0, 0, [&](double f) { bar(f); }, /*o_error=*/true);
   const analysis::BinnedTrace& t = run.t;
   const analysis::ChainResult& c = run.c;
   std::optional<AnalyzedRun> ref;
@@ -46,6 +46,7 @@ int run_report(const ReportArgs& a) {
   if (!a.reference.empty()) {
     ref = analyze_run(a.reference, 512, 4.0, 0);
     cmp = compare_runs(run, a.reference.front(), *ref);
+    analysis::settle_with_reference(run.c, *cmp);
   }
   if (t.layers.empty()) throw InputError(a.paths.front() + ": the trace has no attention layers to report on");
 
@@ -95,8 +96,8 @@ int run_report(const ReportArgs& a) {
                    marks});
   {
     std::vector<double> d(static_cast<std::size_t>(t.bins));
-    double run = 0;
-    for (int b = 0; b < t.bins; ++b) d[b] = run += t.at(slot, head, b).d_sum;
+    double total = 0;
+    for (int b = 0; b < t.bins; ++b) d[b] = total += t.at(slot, head, b).d_sum;
     plots.push_back({fmt::format("Running driver D = Σ(δ_lp − δ_hp), layer {} head {}", layer, head), "D", x, {{"D", d, kColors[4]}}, marks});
   }
   {

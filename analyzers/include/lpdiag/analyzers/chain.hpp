@@ -40,6 +40,9 @@ struct ChainResult {
   // only order and whole-run correlation, so undecided), or "" when the chain failed before.
   std::string driving;
   std::string decide;                      // the counterfactual run that would decide, if any
+  // Index in `findings` of the question only a counterfactual run answers (caused by the
+  // attention numerics?), or -1; settle_with_reference (reference_run.hpp) puts the answer there.
+  int open_finding = -1;
 };
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);

@@ -25,4 +25,10 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
                                            const std::string& run_config, const std::string& ref_config,
                                            const BinnedTrace* run_t = nullptr, const BinnedTrace* ref_t = nullptr);
 
+// Puts the comparison's answer into RUN's findings: a decided one (true / false) replaces the
+// open question (ChainResult::open_finding) and clears `decide`, the run it named having been
+// run; an undecided one is added beside the question with its reason. A failure attributable to
+// the numerics without a biased delta error is said to act through another path than the chain.
+void settle_with_reference(ChainResult& run, const ReferenceComparison& cmp);
+
 }  // namespace lpdiag::analysis
