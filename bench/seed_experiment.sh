@@ -18,7 +18,8 @@
 # GRID (default "8e-3:1 8e-3:2 6e-3:4"); names end -sSEED.
 # gpt2 runs GPT-2 small (12 layers, 12 heads of 64, width 768, block 1024, batch 16), the paper's
 # recipe at lr LR (default 1e-3), warmup 200, full every 50 steps, for each arm of GPT2_ARMS
-# (default "seedmma-none fp32"; also seedmma-paper, seedmma-safe, fa2-none): the seed arms on the
+# (default "seedmma-none fp32"; also seedmma-paper, seedmma-safe, fa2-none, and sdpa-bf16: PyTorch's
+# own attention in bf16, no lpdiag counters): the seed arms on the
 # seed-mma kernels (tensor cores) with the paper's 512-key tile, two tiles per row at block 1024.
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
@@ -55,6 +56,7 @@ for arm in ${GPT2_ARMS:-seedmma-none fp32}; do
     seedmma-safe) run $arm-$lr --lr $lr $M --fix safe & ;;
     fa2-none) run $arm-$lr --lr $lr --policy fa2 & ;;
     fp32) run $arm-$lr --lr $lr --attention sdpa-fp32 & ;;
+    sdpa-bf16) run $arm-$lr --lr $lr --attention sdpa & ;;
     *) echo "unknown arm $arm"; exit 2 ;;
   esac
 done
