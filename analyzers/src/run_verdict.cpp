@@ -54,6 +54,45 @@ double second_half_improvement(const std::vector<double>& loss) {
   return a > 0 ? 1.0 - b / a : tools::nan();
 }
 
+// Where the logits ran away first: the (layer, head) whose own max logit first reached `level`
+// (the highest at that bin where several do, and how many did), and how many heads reached
+// 1,000 (one-hot bf16 softmax) at any time. The run-wide series says that the softmax
+// collapsed; this says where, and whether in one head or all of them.
+struct LogitLead {
+  std::int64_t layer = -1, head = -1, step = -1;
+  int same_bin = 0, over_1000 = 0, heads = 0;
+};
+LogitLead logit_lead(const BinnedTrace& t, double level) {
+  LogitLead r;
+  std::vector<int> crossed;  // per head: the first bin at `level`, or bins
+  std::vector<double> at;    // its logit there
+  for (std::size_t l = 0; l < t.layers.size(); ++l)
+    for (std::int64_t h = 0; h < t.heads; ++h) {
+      double peak = -1;
+      int c = t.bins;
+      double x_c = 0;
+      for (int b = 0; b < t.bins; ++b) {
+        const double x = t.at(l, h, b).logit_max;
+        if (!(x >= 0)) continue;
+        peak = std::max(peak, x);
+        if (x >= level && c == t.bins) c = b, x_c = x;
+      }
+      crossed.push_back(c), at.push_back(x_c);
+      if (peak < 0) continue;
+      ++r.heads;
+      r.over_1000 += peak >= 1000;
+    }
+  std::size_t best = crossed.size();
+  for (std::size_t i = 0; i < crossed.size(); ++i)
+    if (crossed[i] < t.bins && (best == crossed.size() || crossed[i] < crossed[best] || (crossed[i] == crossed[best] && at[i] > at[best])))
+      best = i;
+  if (best == crossed.size()) return r;
+  const auto H = static_cast<std::size_t>(t.heads);
+  r.layer = t.layers[best / H], r.head = static_cast<std::int64_t>(best % H), r.step = t.bin_step(crossed[best]);
+  for (int c : crossed) r.same_bin += c == crossed[best];
+  return r;
+}
+
 bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSign& s) {
   const int K = t.bins, w = std::max(2, K / 10);
   std::vector<double> y(m.size(), tools::nan());
@@ -82,6 +121,14 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
          fmt::format("the max attention logit rose from {:.3g} at step {} to {:.3g} by step {} ({:.0f}x within a tenth of the run) "
                      "and peaked at {:.3g}: the softmax collapses onto single keys (entropy collapse)",
                      std::exp(ys[lo]), t.bin_step(lo), m[b], t.bin_step(b), std::exp(ys[b] - ys[lo]), peak)};
+    const LogitLead lead = logit_lead(t, std::max(100.0, 30.0 * std::exp(ys[lo])));
+    if (lead.layer >= 0) {
+      s.layer_index = lead.layer, s.head = lead.head;
+      s.evidence += fmt::format("; first in layer {} head {} (step {}{}); {} of {} heads reached 1,000 or more", lead.layer, lead.head,
+                                lead.step,
+                                lead.same_bin > 1 ? fmt::format(", with {} other head{} in the same bin", lead.same_bin - 1, lead.same_bin > 2 ? "s" : "") : "",
+                                lead.over_1000, lead.heads);
+    }
     return true;
   }
   return false;
@@ -175,7 +222,9 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
                                 100 * gain);
       v.warnings.push_back(s);
     } else {
-      if (std::isfinite(gain)) s.evidence += fmt::format("; the loss fell only {:.1f}% over the second half of the run", 100 * gain);
+      if (std::isfinite(gain))
+        s.evidence += gain >= 0 ? fmt::format("; the loss fell only {:.1f}% over the second half of the run", 100 * gain)
+                                : fmt::format("; the loss rose {:.1f}% over the second half of the run", -100 * gain);
       v.signs.push_back(s);
     }
   } else if (v.max_logit >= 1000) {

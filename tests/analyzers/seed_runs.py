@@ -33,6 +33,7 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    at ~1,150-1,300 steps, both on the plateau, and every attribution was null.
    seed_runs.py LPDIAG_BINARY FIXTURE_DIR"""
 import os
+import re
 import subprocess
 import sys
 
@@ -100,6 +101,10 @@ def main():
           not run["healthy"] and run["failure"]["kind"] == "attention_logit_growth" and run["max_logit"] > 5000
           and "loss_plateau" in kinds)
     check("gpt2-seedmma-paper-2e-3: no causal chain, C2 missing", not j["chain"]["found"] and "C2" in j["missing_links"])
+    m = re.search(r"(\d+) of 144 heads reached 1,000", run["failure"]["evidence"])
+    check(f"gpt2-seedmma-paper-2e-3: the collapse is located (layer {run['failure'].get('layer_index')} head "
+          f"{run['failure'].get('head')} first) and is model-wide ({m and m.group(1)} of 144 heads reached 1,000)",
+          0 <= run["failure"].get("layer_index", -1) < 12 and 0 <= run["failure"].get("head", -1) < 12 and m and int(m.group(1)) >= 100)
     check(f"gpt2-seedmma-paper-2e-3 against gpt2-fp32-2e-3: attributable ({ref['evidence'][-120:]})",
           ref["attributable_to_attention_numerics"] is True and ref["failed"] is False)
     check("gpt2-seedmma-paper-2e-3 with --reference: the findings give the answer, not the open question nor the run to make",

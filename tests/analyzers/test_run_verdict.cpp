@@ -1,6 +1,9 @@
 // The run verdict on losses that go non-finite (issue 17, defect 4): a NaN loss with its nan_inf
 // events, and an all-Inf loss, are failures of kind non_finite with the onset of the first one;
 // never "clean" and never "no loss values". Seeds are printed.
+#include <fmt/core.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -177,4 +180,47 @@ TEST_CASE("logits past 1,000 that rose slowly are a warning", "[analyzers][verdi
   REQUIRE(slow.run.warnings.size() == 1);
   CHECK(slow.run.warnings[0].kind == "attention_logit_growth");
   CHECK(slow.run.warnings[0].evidence.find("more slowly than a collapse") != std::string::npos);
+}
+
+// Where a logit collapse starts: 2 layers of 3 heads, one (layer, head) drawn from the seed
+// rises 1 -> ~1,500 within the first 5% of the run, the others stay at ~3 or (a second draw)
+// follow from 30% of the run on; the loss stalls. The verdict names the early head, and counts
+// the heads that reached 1,000.
+TEST_CASE("a logit collapse names the head whose logits ran away first", "[analyzers][verdict]") {
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::student_t_distribution<double> t3(3.0);
+  const int lead_layer = static_cast<int>(rng() % 2), lead_head = static_cast<int>(rng() % 3);
+  for (const bool others_follow : {false, true}) {
+    const std::string path = lpdiag_test::temp_path("verdict", others_follow ? "lead-follow.h5" : "lead-alone.h5");
+    TraceLayout L;
+    L.scalars = {"loss", "lr", "grad_norm"};
+    L.attention.push_back({"a0", 0, 3, 64, "seed", R"({"kind":"none"})"});
+    L.attention.push_back({"a1", 1, 3, 64, "seed", R"({"kind":"none"})"});
+    const int R = 2000;
+    {
+      TraceWriter w(path, L);
+      for (int r = 0; r < R; ++r) {
+        TraceRecord rec = TraceRecord::unmeasured(L, r);
+        rec.scalars = {2.4 + 2.0 * std::exp(-r / 40.0) + 0.01 * t3(rng), 1e-3, 1.0};
+        for (int l = 0; l < 2; ++l)
+          for (int h = 0; h < 3; ++h) {
+            const bool lead = l == lead_layer && h == lead_head;
+            const double start = lead ? 0.0 : 0.3, x = std::clamp((r / double(R) - start) / 0.05, 0.0, 1.0);
+            const double grown = 1500.0 * (1.0 + 0.05 * t3(rng)), level = lead || others_follow ? std::exp(x * std::log(grown)) : 3.0;
+            auto& c = rec.attention[static_cast<std::size_t>(l)][static_cast<std::size_t>(h)];
+            c = HeadCounters{}, c.rows = 100, c.logit_max = static_cast<float>(level * (1.0 + 0.02 * std::fabs(t3(rng))));
+          }
+        w.append(rec);
+      }
+    }
+    const auto c = analysis::reconstruct_chain(analysis::bin_traces({path}));
+    REQUIRE_FALSE(c.run.healthy);
+    CHECK(c.run.failure.kind == "attention_logit_growth");
+    CHECK(c.run.failure.layer_index == lead_layer);
+    CHECK(c.run.failure.head == lead_head);
+    CHECK(c.run.failure.evidence.find(fmt::format("first in layer {} head {}", lead_layer, lead_head)) != std::string::npos);
+    CHECK(c.run.failure.evidence.find(others_follow ? "6 of 6 heads reached 1,000" : "1 of 6 heads reached 1,000") != std::string::npos);
+  }
 }

@@ -46,7 +46,9 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
 
 nlohmann::json verdict_to_json(const analysis::RunVerdict& v) {
   auto sign = [](const analysis::FailureSign& s) {
-    return nlohmann::json{{"kind", s.kind}, {"onset_step", s.onset_step}, {"evidence", s.evidence}};
+    nlohmann::json j{{"kind", s.kind}, {"onset_step", s.onset_step}, {"evidence", s.evidence}};
+    if (s.layer_index >= 0) j["layer_index"] = s.layer_index, j["head"] = s.head;  // where the logits ran away first
+    return j;
   };
   nlohmann::json signs = nlohmann::json::array();
   for (const auto& s : v.signs) signs.push_back(sign(s));

@@ -16,6 +16,8 @@ struct FailureSign {
   std::int64_t onset_step = -1;
   int onset_bin = -1;
   std::string evidence;
+  // attention_logit_growth: the (layer, head) whose max logit ran away first; -1 otherwise.
+  std::int64_t layer_index = -1, head = -1;
 };
 
 struct RunVerdict {
