@@ -124,10 +124,10 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
     const LogitLead lead = logit_lead(t, std::max(100.0, 30.0 * std::exp(ys[lo])));
     if (lead.layer >= 0) {
       s.layer_index = lead.layer, s.head = lead.head;
+      const std::string with =
+          lead.same_bin > 1 ? fmt::format(", with {} other head{} in the same bin", lead.same_bin - 1, lead.same_bin > 2 ? "s" : "") : "";
       s.evidence += fmt::format("; first in layer {} head {} (step {}{}); {} of {} heads reached 1,000 or more", lead.layer, lead.head,
-                                lead.step,
-                                lead.same_bin > 1 ? fmt::format(", with {} other head{} in the same bin", lead.same_bin - 1, lead.same_bin > 2 ? "s" : "") : "",
-                                lead.over_1000, lead.heads);
+                                lead.step, with, lead.over_1000, lead.heads);
     }
     return true;
   }
