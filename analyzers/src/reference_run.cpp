@@ -39,7 +39,6 @@ std::string describe(const RunVerdict& v) {
   return v.healthy ? std::string("healthy") : fmt::format("{} from step {}", v.failure.kind, v.failure.onset_step);
 }
 
-// Median finite loss of `t` over the bins whose step lies in [lo, hi].
 // REF's loss plateau, when its own verdict warns of one: a REF that stopped learning too did not
 // show that other numerics save the run, whatever its loss.
 const FailureSign* plateau(const RunVerdict& v) {
@@ -48,6 +47,7 @@ const FailureSign* plateau(const RunVerdict& v) {
   return nullptr;
 }
 
+// Median finite loss of `t` over the bins whose step lies in [lo, hi].
 double loss_between(const BinnedTrace& t, std::int64_t lo, std::int64_t hi) {
   const auto loss = loss_series(t);
   std::vector<double> in;

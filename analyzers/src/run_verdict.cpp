@@ -93,6 +93,18 @@ LogitLead logit_lead(const BinnedTrace& t, double level) {
   return r;
 }
 
+// Adds to a logit sign where it started (logit_lead at `level`), for the collapse and the slow
+// rise alike.
+void locate(const BinnedTrace& t, double level, FailureSign& s) {
+  const LogitLead lead = logit_lead(t, level);
+  if (lead.layer < 0) return;
+  s.layer_index = lead.layer, s.head = lead.head;
+  const std::string with =
+      lead.same_bin > 1 ? fmt::format(", with {} other head{} in the same bin", lead.same_bin - 1, lead.same_bin > 2 ? "s" : "") : "";
+  s.evidence += fmt::format("; first past {:.0f} in layer {} head {} (step {}{}); {} of {} heads reached 1,000 or more", level,
+                            lead.layer, lead.head, lead.step, with, lead.over_1000, lead.heads);
+}
+
 bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSign& s) {
   const int K = t.bins, w = std::max(2, K / 10);
   std::vector<double> y(m.size(), tools::nan());
@@ -121,14 +133,7 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
          fmt::format("the max attention logit rose from {:.3g} at step {} to {:.3g} by step {} ({:.0f}x within a tenth of the run) "
                      "and peaked at {:.3g}: the softmax collapses onto single keys (entropy collapse)",
                      std::exp(ys[lo]), t.bin_step(lo), m[b], t.bin_step(b), std::exp(ys[b] - ys[lo]), peak)};
-    const LogitLead lead = logit_lead(t, std::max(100.0, 30.0 * std::exp(ys[lo])));
-    if (lead.layer >= 0) {
-      s.layer_index = lead.layer, s.head = lead.head;
-      const std::string with =
-          lead.same_bin > 1 ? fmt::format(", with {} other head{} in the same bin", lead.same_bin - 1, lead.same_bin > 2 ? "s" : "") : "";
-      s.evidence += fmt::format("; first in layer {} head {} (step {}{}); {} of {} heads reached 1,000 or more", lead.layer, lead.head,
-                                lead.step, with, lead.over_1000, lead.heads);
-    }
+    locate(t, std::max(100.0, 30.0 * std::exp(ys[lo])), s);
     return true;
   }
   return false;
@@ -233,10 +238,12 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
     // 7,424 while the run without the fix rose 30x to 4,896 and failed by the rule (session 18).
     int peak = 0;  // the first bin that holds the maximum (NaN bins hold none)
     while (peak + 1 < t.bins && !(v.logit_series[static_cast<std::size_t>(peak)] == v.max_logit)) ++peak;
-    v.warnings.push_back({"attention_logit_growth", t.bin_step(peak), peak,
-                          fmt::format("the max attention logit reached {:.4g} (step {}), though more slowly than a collapse (30x within a "
-                                      "tenth of the run): at that size the bf16 softmax is one-hot",
-                                      v.max_logit, t.bin_step(peak))});
+    FailureSign w{"attention_logit_growth", t.bin_step(peak), peak,
+                  fmt::format("the max attention logit reached {:.4g} (step {}), though more slowly than a collapse (30x within a "
+                              "tenth of the run): at that size the bf16 softmax is one-hot",
+                              v.max_logit, t.bin_step(peak))};
+    locate(t, 1000, w);
+    v.warnings.push_back(w);
   }
   const auto finite = finite_loss(loss);
   if (loss_stall(t, finite, s)) v.signs.push_back(s);

@@ -180,6 +180,10 @@ TEST_CASE("logits past 1,000 that rose slowly are a warning", "[analyzers][verdi
   REQUIRE(slow.run.warnings.size() == 1);
   CHECK(slow.run.warnings[0].kind == "attention_logit_growth");
   CHECK(slow.run.warnings[0].evidence.find("more slowly than a collapse") != std::string::npos);
+  // Located too: the first head past 1,000 (both heads of the layer rise alike) and the count.
+  CHECK(slow.run.warnings[0].layer_index == 0);
+  CHECK((slow.run.warnings[0].head == 0 || slow.run.warnings[0].head == 1));
+  CHECK(slow.run.warnings[0].evidence.find("2 of 2 heads reached 1,000") != std::string::npos);
 }
 
 // Where a logit collapse starts: 2 layers of 3 heads, one (layer, head) drawn from the seed
@@ -220,7 +224,7 @@ TEST_CASE("a logit collapse names the head whose logits ran away first", "[analy
     CHECK(c.run.failure.kind == "attention_logit_growth");
     CHECK(c.run.failure.layer_index == lead_layer);
     CHECK(c.run.failure.head == lead_head);
-    CHECK(c.run.failure.evidence.find(fmt::format("first in layer {} head {}", lead_layer, lead_head)) != std::string::npos);
+    CHECK(c.run.failure.evidence.find(fmt::format("in layer {} head {}", lead_layer, lead_head)) != std::string::npos);
     CHECK(c.run.failure.evidence.find(others_follow ? "6 of 6 heads reached 1,000" : "1 of 6 heads reached 1,000") != std::string::npos);
   }
 }
