@@ -19,7 +19,8 @@
 # gpt2 runs GPT-2 small (12 layers, 12 heads of 64, width 768, block 1024, batch 16), the paper's
 # recipe at lr LR (default 1e-3), warmup 200, full every 50 steps, for each arm of GPT2_ARMS
 # (default "seedmma-none fp32"; also seedmma-paper, seedmma-safe, fa2-none, and sdpa-bf16: PyTorch's
-# own attention in bf16, no lpdiag counters): the seed arms on the
+# own attention in bf16, no lpdiag counters; ARM@SEED runs another seed, its name ending -sSEED):
+# the seed arms on the
 # seed-mma kernels (tensor cores) with the paper's 512-key tile, two tiles per row at block 1024.
 # seed-1e-3 runs the three seed arms at lr 1e-3 alone (they are the slow ones: the seed kernels
 # run on the CUDA cores).
@@ -49,14 +50,16 @@ G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 7
    --weights-every 10 --no-activations --warmup 200 --steps $STEPS"
 lr=${LR:-1e-3}
 M="--policy seed-mma:tile=512"
-for arm in ${GPT2_ARMS:-seedmma-none fp32}; do
+for spec in ${GPT2_ARMS:-seedmma-none fp32}; do
+  arm=${spec%@*}; sd=1; [ "$arm" != "$spec" ] && sd=${spec#*@}
+  name=$arm-$lr; [ "$sd" != 1 ] && name=$name-s$sd
   case $arm in
-    seedmma-none) run $arm-$lr --lr $lr $M & ;;
-    seedmma-paper) run $arm-$lr --lr $lr $M --fix paper & ;;
-    seedmma-safe) run $arm-$lr --lr $lr $M --fix safe & ;;
-    fa2-none) run $arm-$lr --lr $lr --policy fa2 & ;;
-    fp32) run $arm-$lr --lr $lr --attention sdpa-fp32 & ;;
-    sdpa-bf16) run $arm-$lr --lr $lr --attention sdpa & ;;
+    seedmma-none) RSEED=$sd run $name --lr $lr $M & ;;
+    seedmma-paper) RSEED=$sd run $name --lr $lr $M --fix paper & ;;
+    seedmma-safe) RSEED=$sd run $name --lr $lr $M --fix safe & ;;
+    fa2-none) RSEED=$sd run $name --lr $lr --policy fa2 & ;;
+    fp32) RSEED=$sd run $name --lr $lr --attention sdpa-fp32 & ;;
+    sdpa-bf16) RSEED=$sd run $name --lr $lr --attention sdpa & ;;
     *) echo "unknown arm $arm"; exit 2 ;;
   esac
 done
