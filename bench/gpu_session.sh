@@ -212,11 +212,19 @@ PY
     seedmmaquick)
       # The seed-mma kernels after a change: speed first, memcheck on small cases, then the
       # bit-for-bit test (the longest part; its log keeps each case's line as it comes).
-      stage "bench_seed_kernels --mma-only"
-      timeout 60 $B/bench/bench_seed_kernels --reps 10 --mma-only 2>&1 | tee "$OUT/seed-mma-bench.log"
-      stage "compute-sanitizer memcheck (test_seed_cuda seed-mma --small)"
-      timeout ${SAN_LIMIT:-60} compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_seed_cuda seed-mma --small >"$OUT/seed-mma-memcheck.log" 2>&1
-      echo "rc=$?"; grep -E "ERROR SUMMARY|FAILED|identical" "$OUT/seed-mma-memcheck.log" | tail -3
+      # Speed A/B: the exp window in shared memory (default) against every exp read from global
+      # memory (LPDIAG_SEED_EXP=global), alternated twice in one process each.
+      for rep in 1 2; do
+        for mode in global window; do
+          stage "bench_seed_kernels --mma-only (exp: $mode, rep $rep)"
+          LPDIAG_SEED_EXP=$mode timeout 60 $B/bench/bench_seed_kernels --reps 10 --mma-only 2>&1 | tee -a "$OUT/seed-mma-bench.log"
+        done
+      done
+      for tool in memcheck racecheck; do
+        stage "compute-sanitizer $tool (test_seed_cuda seed-mma --small)"
+        timeout ${SAN_LIMIT:-60} compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/test_seed_cuda seed-mma --small >"$OUT/seed-mma-$tool.log" 2>&1
+        echo "rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED|identical" "$OUT/seed-mma-$tool.log" | tail -3
+      done
       stage "test_seed_cuda seed-mma"
       timeout ${SEED_TEST_LIMIT:-200} stdbuf -oL $B/tests/test_seed_cuda seed-mma >"$OUT/seed-mma-cuda.log" 2>&1; echo "rc=$?"
       grep -cE "identical$" "$OUT/seed-mma-cuda.log"; grep -E "FAIL|cases|^device" "$OUT/seed-mma-cuda.log" | head -20 ;;

@@ -32,7 +32,7 @@ Tables tables_for_current_device() {
   LPDIAG_CUDA_CHECK(cudaMalloc(&d, host.size() * 2));  // kept for the process's life
   LPDIAG_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
   const auto* t = static_cast<const std::uint16_t*>(d);
-  return made[dev] = Tables{t, t + 65536};
+  return made[dev] = Tables{t, t + 65536, 0u};  // the launchers set exp_window
 }
 
 }  // namespace lpdiag::cuda::seed

@@ -2,12 +2,24 @@
 // shape, the key tile, the scale, the exp/log tables of the current device, the fix's parameters.
 #pragma once
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "../flash/launch_common.hpp"
 #include "seed_params.cuh"
 #include "seed_tables.hpp"
 
 namespace lpdiag::cuda::seed {
+
+// LPDIAG_SEED_EXP=global makes the seed-mma kernels read every exp from global memory, the
+// benchmark's A/B of the shared-memory window; anything else (or unset) keeps the window.
+inline unsigned exp_window_entries() {
+  static const bool global = [] {
+    const char* e = std::getenv("LPDIAG_SEED_EXP");
+    return e && std::string(e) == "global";
+  }();
+  return global ? 0u : kExpWindow;
+}
 
 template <class Params, class Args>
 void set_common(Params& p, const Args& a) {
@@ -21,6 +33,7 @@ void set_common(Params& p, const Args& a) {
   p.key_tile = a.numerics.key_tile;
   p.scale = flash::scale_of(a.shape);
   p.tables = tables_for_current_device();
+  p.tables.exp_window = exp_window_entries();
 }
 
 // The seed-mma kernels copy rows with cp.async: 16-byte aligned rows (throws naming the input).

@@ -18,9 +18,16 @@ constexpr int kMaxKeyTile = 512;       // the paper's largest tile
 constexpr float kBf16Max = 3.38953139e38f;
 constexpr float kRowSumFloor = 1.00044417e-10f;  // bf16(1e-10): the paper's EPSILON
 
+// The exp table's window the seed-mma kernels keep in shared memory: the bf16 bits [0xB800, 0xC300),
+// x in (-128, -2^-15], where nearly every argument s - m of P-bar falls. The rest (x = 0 at the row
+// max, positive x under the paper's shift, x <= -128) is read from global memory.
+constexpr std::uint16_t kExpWindowLo = 0xB800;
+constexpr unsigned kExpWindow = 0xC300 - 0xB800;  // 2,816 entries
+
 struct Tables {
   const std::uint16_t* exp;  // [bf16 bits of x] -> bf16 bits of bf16(expf(x))
   const std::uint16_t* log;  // [bf16 bits of x] -> bf16 bits of bf16(logf(x))
+  unsigned exp_window;       // seed-mma: entries of the window read from shared memory (kExpWindow, or 0: none)
 };
 
 __device__ __forceinline__ float bf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }

@@ -13,17 +13,19 @@
 namespace lpdiag::cuda::seed_mma {
 
 // P and dS of one pair from the MMA results s (Q K^T) and dp (dO V^T).
-__device__ __forceinline__ void p_and_ds(const seed::Tables& t, float& s, float& dp, float lse, float delta, float alpha) {
-  const float pe = seed::exp_diff(t, score_of(s, alpha), lse);
+__device__ __forceinline__ void p_and_ds(const std::uint16_t* win, const seed::Tables& t, float& s, float& dp, float lse,
+                                         float delta, float alpha) {
+  const float pe = exp_diff(win, t, score_of(s, alpha), lse);
   dp = bf(__fmul_rn(bf(__fmul_rn(pe, alpha)), bf(__fsub_rn(bf(dp), delta))));
   s = pe;
 }
 
 template <int D>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
-  // K and V of the block, two chunk buffers of Q and dO, their L and delta, the running dK / dV.
+  // K and V of the block, two chunk buffers of Q and dO, their L and delta, the running dK / dV,
+  // the exp window.
   return 2 * kBlockRows * D * 2 + 2 * 2 * kChunkRows<D>() * D * 2 + 2 * 2 * kChunkRows<D>() * 4 +
-         2 * (D / 4) * kThreads * 4 + flash::kSmemAlign;
+         2 * (D / 4) * kThreads * 4 + kExpWindowBytes + flash::kSmemAlign;
 }
 
 template <int D, bool Causal>
@@ -40,6 +42,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dkdv_kernel(seed::BwdParams
   float* lc = reinterpret_cast<float*>(gc + 2 * kChunkElems);  // [2][QW]
   float* dc = lc + 2 * QW;                                      // [2][QW]
   auto* run = reinterpret_cast<std::uint32_t*>(dc + 2 * QW);   // [2][OT * 2][kThreads]: dV, dK as bf16 pairs
+  auto* win = reinterpret_cast<std::uint16_t*>(run + 2 * OT * 2 * kThreads);
 
   const int N = p.N, Br = p.query_tile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane % 4;
@@ -52,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dkdv_kernel(seed::BwdParams
   const std::uint32_t k_a = flash::smem_addr(ks) + warp * 16 * kRowD + fd.a;
   const std::uint32_t v_a = flash::smem_addr(vs) + warp * 16 * kRowD + fd.a;
   for (int x = 0; x < 2 * OT * 2; ++x) run[x * kThreads + threadIdx.x] = 0u;
+  load_exp_window(win, p.tables);  // read after the first chunk's barrier
 
   auto issue = [&](int r0, int buf) {
     load_rows<D, QW>(qc + buf * kChunkElems, p.q, b, h, r0, N);
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dkdv_kernel(seed::BwdParams
           for (int e4 = 0; e4 < 4; ++e4) {
             const int rr = nt * 8 + 2 * quad + (e4 & 1), i = r0 + rr, j = key[e4 / 2];
             if (i < N && j < N && (!Causal || j <= i)) {
-              p_and_ds(p.tables, s[nt][e4], dp[nt][e4], lc[cur * QW + rr], dc[cur * QW + rr], alpha);
+              p_and_ds(win, p.tables, s[nt][e4], dp[nt][e4], lc[cur * QW + rr], dc[cur * QW + rr], alpha);
             } else {
               s[nt][e4] = 0.f;
               dp[nt][e4] = 0.f;
@@ -149,8 +153,8 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dkdv_kernel(seed::BwdParams
 
 template <int D>
 __host__ __device__ constexpr int dq_smem_bytes() {
-  // Q and dO of the block, two chunk buffers of K and V.
-  return 2 * kBlockRows * D * 2 + 2 * 2 * kChunkRows<D>() * D * 2 + flash::kSmemAlign;
+  // Q and dO of the block, two chunk buffers of K and V, the exp window.
+  return 2 * kBlockRows * D * 2 + 2 * 2 * kChunkRows<D>() * D * 2 + kExpWindowBytes + flash::kSmemAlign;
 }
 
 template <int D, bool Causal>
@@ -164,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dq_kernel(seed::BwdParams p
   __nv_bfloat16* gs = qs + kBlockRows * D;
   __nv_bfloat16* kc_ = gs + kBlockRows * D;  // [2][KW][D]
   __nv_bfloat16* vc = kc_ + 2 * kChunkElems;  // [2][KW][D]
+  auto* win = reinterpret_cast<std::uint16_t*>(vc + 2 * kChunkElems);
 
   const int N = p.N, Bc = p.key_tile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane % 4;
@@ -185,6 +190,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dq_kernel(seed::BwdParams p
     load_rows<D, KW>(kc_ + buf * kChunkElems, p.k, b, h, kb, N);
     load_rows<D, KW>(vc + buf * kChunkElems, p.v, b, h, kb, N);
   };
+  load_exp_window(win, p.tables);  // read after the first chunk's barrier
   load_rows<D, kBlockRows>(qs, p.q, b, h, m0, N);
   load_rows<D, kBlockRows>(gs, p.dout, b, h, m0, N);
   issue(0, 0);
@@ -215,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_dq_kernel(seed::BwdParams p
           for (int e4 = 0; e4 < 4; ++e4) {
             const int ri = e4 / 2, i = row[ri], j = kb + nt * 8 + 2 * quad + (e4 & 1);
             if (i < N && j < N && (!Causal || j <= i)) {
-              p_and_ds(p.tables, s[nt][e4], dp[nt][e4], lse[ri], delta[ri], alpha);
+              p_and_ds(win, p.tables, s[nt][e4], dp[nt][e4], lse[ri], delta[ri], alpha);
             } else {
               dp[nt][e4] = 0.f;
             }

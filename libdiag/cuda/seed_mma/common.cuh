@@ -24,6 +24,26 @@ __host__ __device__ constexpr int kChunkRows() {
   return D == 64 ? 64 : 32;
 }
 
+// The exp table's busiest stretch (seed::kExpWindowLo), copied to shared memory by every block.
+// The values are the table's own, so the results do not change, only where they are read from: a
+// warp's scattered 2-byte reads cost one shared-memory pass per bank conflict instead of one L1
+// pass per distinct cache line.
+using seed::kExpWindow;
+using seed::kExpWindowLo;
+constexpr int kExpWindowBytes = kExpWindow * 2;
+
+__device__ __forceinline__ void load_exp_window(std::uint16_t* win, const seed::Tables& t) {
+  const auto* src = reinterpret_cast<const std::uint32_t*>(t.exp + kExpWindowLo);
+  auto* dst = reinterpret_cast<std::uint32_t*>(win);
+  for (unsigned i = threadIdx.x; i < kExpWindow / 2; i += kThreads) dst[i] = __ldg(src + i);
+}
+// bf16(expf(bf16(a - b))), seed::exp_diff's value, from the window where it holds x.
+__device__ __forceinline__ float exp_diff(const std::uint16_t* win, const seed::Tables& t, float a, float b) {
+  const std::uint16_t u = seed::bits_of(__fsub_rn(a, b));
+  const unsigned i = unsigned(u) - kExpWindowLo;
+  return seed::from_bits(i < t.exp_window ? win[i] : __ldg(t.exp + u));
+}
+
 // The first element of head (b, h) of a view.
 __device__ __forceinline__ const __nv_bfloat16* head_of(const View& v, int b, int h) { return v.ptr + b * v.sb + h * v.sh; }
 

@@ -18,10 +18,10 @@ template <int D>
 __host__ __device__ constexpr int fwd_tile_bytes() {
   return (kBlockRows * D + 2 * kChunkRows<D>() * D) * 2;
 }
-// Shared memory of a launch: Q, two chunk buffers, and the S slots (key_tile / 8 per lane).
+// Shared memory of a launch: Q, two chunk buffers, the S slots (key_tile / 8 per lane), the exp window.
 template <int D>
 inline int fwd_smem_bytes(int key_tile) {
-  return fwd_tile_bytes<D>() + kWarps * key_tile * 32 + flash::kSmemAlign;
+  return fwd_tile_bytes<D>() + kWarps * key_tile * 32 + kExpWindowBytes + flash::kSmemAlign;
 }
 
 // The next chunk to load after (t, kind, c): K chunks of tile t, then its V chunks, then tile t + 1.
@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
   auto* qs = reinterpret_cast<__nv_bfloat16*>(flash::align_smem(smem_raw));
   __nv_bfloat16* cs = qs + kBlockRows * D;
   auto* slots = reinterpret_cast<uint2*>(cs + 2 * kChunkElems);
+  auto* win = reinterpret_cast<std::uint16_t*>(slots + kWarps * (p.key_tile / 8) * 32);
 
   const int T = p.key_tile, N = p.N;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane % 4;
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
   auto issue = [&](ChunkPos x, int buf) {
     load_rows<D, KW>(cs + buf * kChunkElems, x.kind ? p.v : p.k, b, h, x.t * T + x.c * KW, N);
   };
+  load_exp_window(win, p.tables);  // read after the first chunk's barrier
   load_rows<D, kBlockRows>(qs, p.q, b, h, m0, N);
   issue({0, 0, 0}, 0);
   flash::cp_async_commit();
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
         engaged[ri] = engaged[ri] || fmaxf(m[ri], shift) != fmaxf(m[ri], tm);
       }
       m_new[ri] = fmaxf(m[ri], shift);
-      corr[ri] = m[ri] == neg_inf ? 0.f : seed::exp_diff(p.tables, m[ri], m_new[ri]);
+      corr[ri] = m[ri] == neg_inf ? 0.f : exp_diff(win, p.tables, m[ri], m_new[ri]);
     }
     // Pass 2: P-bar, its row sum in lane order, and the tile's P-bar V from zero.
     float lq[2] = {0.f, 0.f};
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) seed_mma_fwd_kernel(seed::FwdParams 
           for (int e4 = 0; e4 < 4; ++e4) {
             const int ri = e4 / 2, j = kb + nt * 8 + 2 * quad + (e4 & 1);
             const bool real = j < N && (!Causal || j <= row[ri]);
-            const float pe = real ? seed::exp_diff(p.tables, sv[e4], m_new[ri]) : 0.f;
+            const float pe = real ? exp_diff(win, p.tables, sv[e4], m_new[ri]) : 0.f;
             if (Level > 0 && real) pbar_one[ri] += pe == 1.f;
             lq[ri] = __fadd_rn(lq[ri], pe);
             pv[nt][e4] = pe;
