@@ -134,6 +134,16 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   // possibly with exploding logits where the reference recorded none).
   auto family = [](const std::string& k) { return k == "non_finite" ? 1 : 0; };
   const bool alike = a.failure.kind == b.failure.kind || family(a.failure.kind) == family(b.failure.kind);
+  // Failing the same way does not make two runs alike when REF still learned clearly more: the
+  // other numerics then lessened the failure without preventing it, and whether RUN's numerics
+  // caused it is open (seed-mma/none against the paper's fix, GPT-2 small at lr 2e-3 seed 2: both
+  // collapsed their logits, the fix's loss ended 24% lower, docs/REPRODUCTION.md).
+  if (alike && rel > 0.05) {
+    r.evidence = both + fmt::format(": REF fails the same way, but its loss ended {:.0f}% lower ({:.4g} against {:.4g}{}): the other "
+                                    "numerics lessened the failure without preventing it; fp32 attention as the reference decides",
+                                    100 * rel, a_loss, b_loss, at) + cfg;
+    return r;
+  }
   if (alike) {
     r.attributable = false;
     r.evidence = both + ": the run fails alike with other attention numerics, so its failure is not caused by them" + cfg;
