@@ -108,10 +108,10 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
                                                 a.failure.kind, a_loss, b_loss, at);
     if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
     else if (const FailureSign* p = plateau(b); p && rel > 0.05)
-      r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower, but REF stopped learning too (a loss plateau from step {}): "
+      r.evidence = base + fmt::format(": RUN's loss ended {:.0f}% above REF's, but REF stopped learning too (a loss plateau from step {}): "
                                       "the other numerics made the run less bad, not healthy; a learning rate at which REF learns decides",
                                       100 * rel, p->onset_step) + cfg;
-    else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": REF's loss ended {:.0f}% lower", 100 * rel) + cfg;
+    else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": RUN's loss ended {:.0f}% above REF's", 100 * rel) + cfg;
     else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare" + cfg;
     return r;
   }
@@ -137,9 +137,9 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   // Failing the same way does not make two runs alike when REF still learned clearly more: the
   // other numerics then lessened the failure without preventing it, and whether RUN's numerics
   // caused it is open (seed-mma/none against the paper's fix, GPT-2 small at lr 2e-3 seed 2: both
-  // collapsed their logits, the fix's loss ended 24% lower, docs/REPRODUCTION.md).
+  // collapsed their logits, seed/none's loss ended 24% above the fix's, docs/REPRODUCTION.md).
   if (alike && rel > 0.05) {
-    r.evidence = both + fmt::format(": REF fails the same way, but its loss ended {:.0f}% lower ({:.4g} against {:.4g}{}): the other "
+    r.evidence = both + fmt::format(": REF fails the same way, but RUN's loss ended {:.0f}% above REF's ({:.4g} against {:.4g}{}): the other "
                                     "numerics lessened the failure without preventing it; fp32 attention as the reference decides",
                                     100 * rel, a_loss, b_loss, at) + cfg;
     return r;

@@ -40,7 +40,7 @@ TEST_CASE("reference: both fail the same way but REF learned clearly more -> und
   const auto r = compare_with_reference("ref.h5", run, fix, cfg, cfg);
   CHECK_FALSE(r.attributable.has_value());
   CHECK(r.failed);
-  CHECK(r.evidence.find("24% lower") != std::string::npos);
+  CHECK(r.evidence.find("24% above") != std::string::npos);
   CHECK(r.evidence.find("lessened") != std::string::npos);
   fix.run.final_loss = 2.426 / 1.04;
   const auto near = compare_with_reference("ref.h5", run, fix, cfg, cfg);
