@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build for sm_90 against the machine's LibTorch, then
 # run the requested stages, each logged under $OUT (the device tool brings $OUT back).
-#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [seedmma] [seedmmaquick] [simt] [python2] [ctest]
+#   bench/gpu_session.sh [mmaprobe] [emulation] [survey] [srcost] [tests] [check128] [sanitize] [bench] [bench128] [gpt2] [gpt2ab] [gpt2parts] [gpt2cad] [monitorcost] [ncu] [ncusrc] [mmabench] [python] [pybt] [pyerr] [seed] [seedmma] [seedmmaquick] [simt] [python2] [ctest] [seedmmancu]
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -98,6 +98,20 @@ for s in "$@"; do
       grep -hE "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible" "$OUT"/ncu-details-*.txt | head -60
       ncu --import "$OUT/flash.ncu-rep" --page details >"$OUT/ncu-details.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-details.txt" | head -60 ;;
+    seedmmancu)
+      # Where the seed-mma kernels spend their time (issue 20: 4x fa2 against 1.3x): ncu's full set
+      # on the forward, dK/dV and dQ kernels at the GPT-2 shape (bench_seed_kernels' first shape,
+      # tile 64, the first launch of each), with the per-instruction stall summary.
+      for k in fwd dkdv dq; do
+        stage "ncu seed_mma_${k}_kernel"
+        timeout 200 ncu --clock-control none --set full -k regex:"seed_mma_${k}_kernel" -c 1 -o "$OUT/seedmma-$k" \
+          $B/bench/bench_seed_kernels --mma-only --reps 1 >"$OUT/seedmma-ncu-$k.log" 2>&1; echo "rc=$?"
+        ncu --import "$OUT/seedmma-$k.ncu-rep" --page details >"$OUT/seedmma-details-$k.txt" 2>&1
+        ncu --import "$OUT/seedmma-$k.ncu-rep" --page source --csv --print-source sass >"$OUT/seedmma-sass-$k.csv" 2>/dev/null
+        python3 bench/ncu_summary.py "$OUT/seedmma-sass-$k.csv" --top 12 >"$OUT/seedmma-summary-$k.txt" 2>&1; cat "$OUT/seedmma-summary-$k.txt"
+        gzip -f "$OUT/seedmma-sass-$k.csv"; rm -f "$OUT/seedmma-$k.ncu-rep" "$OUT/seedmma-ncu-$k.log"
+        grep -E "seed_mma|Duration|Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall" "$OUT/seedmma-details-$k.txt" | head -30
+      done ;;
     ncusrc)
       # Where the kernels stall, per SASS instruction (warp-state sampling): shape NCU_SHAPE
       # (bench_attention --only; default 2, d = 128 non-causal) at level NCU_LEVEL (default off;

@@ -2,7 +2,8 @@
 // forward + backward at `counters`, inputs N(0, 1) in bf16:
 //   bench_seed_kernels [--reps N]      shapes: GPT-2 small (B16 H12 N1024 d64 causal) and a
 //                                      small model's (B32 H6 N256 d64 causal)
-// Prints ms per fwd+bwd (median of reps) and the ratio to fa2. Exits 77 without a device.
+// Prints ms per fwd+bwd (median of reps), the ratio to fa2, and the forward's and backward's
+// medians apart (a third event between them). Exits 77 without a device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,7 +33,16 @@ void* dev_alloc(std::size_t bytes) {
   return p;
 }
 
-double time_ms(const Shape& s, const cuda::KernelNumerics& num, int reps) {
+struct Timing {
+  double total, fwd, bwd;  // medians over the reps, each on its own
+};
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Timing time_ms(const Shape& s, const cuda::KernelNumerics& num, int reps) {
   const std::size_t n = static_cast<std::size_t>(s.B * s.H * s.N * s.d), rows = static_cast<std::size_t>(s.B * s.H * s.N);
   std::mt19937 g(7);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -57,24 +67,34 @@ double time_ms(const Shape& s, const cuda::KernelNumerics& num, int reps) {
   cuda::FlashBackwardArgs b;
   b.shape = f.shape, b.numerics = num, b.q = f.q, b.k = f.k, b.v = f.v, b.o = {o, sb, sh, sn}, b.dout = {in[3], sb, sh, sn};
   b.lse = lse, b.dq = dq, b.dk = dk, b.dv = dv, b.dq_accum = acc, b.delta = delta;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<float> ms;
+  cudaEvent_t e0, em, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&em), cudaEventCreate(&e1);
+  std::vector<float> ms, fwd, bwd;
   for (int r = 0; r < reps + 2; ++r) {
     cudaEventRecord(e0);
     cuda::flash_forward(f);
+    cudaEventRecord(em);
     cuda::flash_backward(b);
     cudaEventRecord(e1);
     LPDIAG_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
+    float t = 0, tf = 0, tb = 0;
     cudaEventElapsedTime(&t, e0, e1);
-    if (r >= 2) ms.push_back(t);  // two warm-up runs (the seed tables are made on the first)
+    cudaEventElapsedTime(&tf, e0, em);
+    cudaEventElapsedTime(&tb, em, e1);
+    if (r >= 2) ms.push_back(t), fwd.push_back(tf), bwd.push_back(tb);  // two warm-ups (the seed tables are made on the first)
   }
+  for (cudaEvent_t e : {e0, em, e1}) cudaEventDestroy(e);
   for (void* p : {in[0], in[1], in[2], in[3], o, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(delta),
                   static_cast<void*>(acc), static_cast<void*>(counters)})
     cudaFree(p);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return {median(ms), median(fwd), median(bwd)};
+}
+
+void print(const Shape& s, const char* what, int tile, const Timing& t, const Timing& base) {
+  char label[32];
+  std::snprintf(label, sizeof label, tile > 0 ? "%s tile %d" : "%s", what, tile);
+  std::printf("%-40s %-18s %9.3f ms  %5.2fx fa2   (fwd %.3f ms %5.2fx, bwd %.3f ms %5.2fx)\n", s.name, label, t.total, t.total / base.total,
+              t.fwd, t.fwd / base.fwd, t.bwd, t.bwd / base.bwd);
 }
 
 }  // namespace
@@ -93,20 +113,12 @@ int main(int argc, char** argv) {
   std::printf("device: %s; fwd+bwd at counters, median of %d\n", cuda::device_name().c_str(), reps);
   const Shape shapes[] = {{"gpt2-small B16 H12 N1024 d64 causal", 16, 12, 1024, 64}, {"small B32 H6 N256 d64 causal", 32, 6, 256, 64}};
   for (const Shape& s : shapes) {
-    const double base = time_ms(s, {Policy::fa2, 64, 64}, reps);
-    std::printf("%-40s fa2            %9.3f ms  1.00x\n", s.name, base);
-    for (int tile : {64, 128, 512}) {
-      const double tm = time_ms(s, {Policy::seed_mma, tile, 64}, reps);
-      std::printf("%-40s seed-mma tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, tm, tm / base);
-    }
-    if (!mma_only)
-      for (int tile : {64, 128, 512}) {
-        const double t = time_ms(s, {Policy::seed, tile, 64}, reps);
-        std::printf("%-40s seed tile %-4d %9.3f ms  %.2fx fa2\n", s.name, tile, t, t / base);
-      }
+    const Timing base = time_ms(s, {Policy::fa2, 64, 64}, reps);
+    print(s, "fa2", 0, base, base);
+    for (int tile : {64, 128, 512}) print(s, "seed-mma", tile, time_ms(s, {Policy::seed_mma, tile, 64}, reps), base);
     if (mma_only) continue;
-    const double t32 = time_ms(s, {Policy::fp32, 64, 64}, reps);
-    std::printf("%-40s fp32 tile 64   %9.3f ms  %.2fx fa2\n", s.name, t32, t32 / base);
+    for (int tile : {64, 128, 512}) print(s, "seed", tile, time_ms(s, {Policy::seed, tile, 64}, reps), base);
+    print(s, "fp32", 64, time_ms(s, {Policy::fp32, 64, 64}, reps), base);
   }
   return 0;
 }
