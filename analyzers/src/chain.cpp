@@ -200,11 +200,16 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     return c;
   };
 
+  c.bias_before_failure = !c.run.healthy && c2.present && (!c5.present || c2.onset_bin <= c5.onset_bin + tol);
   if (!c.missing_links.empty()) {
     std::string m;
     for (const auto& id : c.missing_links) m += (m.empty() ? "" : ", ") + id;
     if (!c.run.healthy && !c2.present)
       c.findings.push_back("the failure is not explained by biased attention rounding: no biased delta error was recorded");
+    else if (!c.run.healthy && !c.bias_before_failure)
+      c.findings.push_back(fmt::format("the failure is not explained by biased attention rounding: the biased delta error (layer {} head "
+                                       "{}) began at step {}, after the failure had begun (step {})",
+                                       c2.layer_index, c2.head, c2.onset_step, c5.onset_step));
     else if (c4.present && !c1.present)
       c.findings.push_back("W_Q's spectral norm grew without the repeated-maxima trigger");
     else if (c2.present && !c4.present && c.run.healthy)

@@ -164,8 +164,10 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
   }
   if (*cmp.attributable) {
     answer = fmt::format("the reference run {} decides: attributable to the attention numerics ({})", cmp.path, cmp.evidence);
-    if (!c.found && !c.links[1].present)
-      answer += "; not through the chain's biased rounding (no biased delta error was recorded): the numerics act another way, "
+    if (!c.found && !c.bias_before_failure)
+      answer += std::string("; not through the chain's biased rounding (") +
+                (c.links[1].present ? "the biased delta error began after the failure" : "no biased delta error was recorded") +
+                "): the numerics act another way, "
                 "e.g. through the attention logits";
   } else {
     answer = fmt::format("the reference run {} decides: not attributable to the attention numerics ({})", cmp.path, cmp.evidence);

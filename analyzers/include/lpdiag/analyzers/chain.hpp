@@ -35,6 +35,9 @@ struct ChainResult {
   std::vector<std::string> findings;       // sentences for people
   RunVerdict run;                          // failed or healthy, independent of the chain
   bool simultaneous = false;               // trigger, bias and growth start together (no order)
+  // A failed run whose biased delta error (C2) began no later than the failure (within the onset
+  // slack): the bias can have contributed. False when none was recorded, or it began after.
+  bool bias_before_failure = false;
   // How "bias drives growth" was judged: "covariation" (the growth rate rose and fell with a
   // varying bias, or a test with the power saw it did not), "timing" (the test lacked the power:
   // only order and whole-run correlation, so undecided), or "" when the chain failed before.
