@@ -55,6 +55,16 @@ def main():
         if not healthy and j["chain"]["found"]:
             print(f"FAIL {name}: a causal chain is claimed, but the fp32-attention counterfactual fails alike")
             bad += 1
+        if not healthy:
+            # The open question fits what ran (session 20): an fp32-attention run's failure is not
+            # low-precision attention's (no run to make); a fix run is decided without its fix.
+            fp32 = name.endswith("-fp32")
+            fix = name.endswith("-fix") or name.endswith("-safe")
+            ok = (j["decide_with"] is None and any("attention ran in fp32" in f for f in j["findings"])) if fp32 else \
+                (j["decide_with"] is not None and ("without the fix" in j["decide_with"]) == fix)
+            bad += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: the open question fits the numerics that ran "
+                  f"(decide_with: {(j['decide_with'] or 'none')[:110]})")
         rc = subprocess.run([lpdiag, "check", f"{d}/{name}.h5"], capture_output=True, text=True).returncode
         if rc != (0 if healthy else 1):
             print(f"FAIL {name}: check exited {rc}")

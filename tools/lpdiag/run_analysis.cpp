@@ -1,5 +1,7 @@
 #include "run_analysis.hpp"
 
+#include "lpdiag/analyzers/recorded_numerics.hpp"
+
 #include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 
@@ -11,7 +13,9 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
   AnalyzedRun r;
   r.t = analysis::bin_traces(paths, bins, progress, workers, o_error);
   r.c = analysis::reconstruct_chain(r.t, bias_z);
-  r.run_config = TraceReader(paths.front()).meta().run_config;
+  const TraceReader first(paths.front());
+  r.run_config = first.meta().run_config;
+  analysis::account_for_numerics(r.c, analysis::recorded_numerics(first.layout().attention));
   return r;
 }
 

@@ -1,0 +1,28 @@
+// What attention numerics a run recorded (each attention layer's `policy` and `fix` attributes,
+// docs/TRACE_FORMAT.md), and what that means for the question the chain leaves open: a run whose
+// attention ran in fp32 cannot have failed through low-precision attention rounding, and a run
+// that already ran a fix is decided by fp32 attention or by the same run without it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/trace/trace_layout.hpp"
+
+namespace lpdiag::analysis {
+
+struct RecordedNumerics {
+  bool known = false;     // the trace declares at least one attention layer
+  bool all_fp32 = false;  // every layer ran fp32 attention: lpdiag's fp32 policy or an external backend named "...fp32..."
+  std::string policy;     // every layer's, joined by ", " where they differ
+  std::string fix;        // the fix that ran ("none"), joined likewise
+};
+
+RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers);
+
+// Rewrites the open question of a failed run (ChainResult::open_finding, `decide`) for the
+// numerics that ran: answered (not low-precision attention) when they were fp32; the deciding
+// run named as "without the fix" when a fix ran. Nothing changes for a healthy run.
+void account_for_numerics(ChainResult& c, const RecordedNumerics& n);
+
+}  // namespace lpdiag::analysis

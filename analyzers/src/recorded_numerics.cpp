@@ -1,0 +1,66 @@
+#include "lpdiag/analyzers/recorded_numerics.hpp"
+
+#include <fmt/core.h>
+
+#include "lpdiag/attention/attention_config.hpp"
+
+namespace lpdiag::analysis {
+namespace {
+
+bool runs_fp32(const std::string& policy) {
+  if (policy == "fp32") return true;
+  return policy.rfind("external", 0) == 0 && policy.find("fp32") != std::string::npos;
+}
+
+// The fix's name from the recorded JSON; the text itself where it does not parse.
+std::string fix_name(const std::string& recorded) {
+  try {
+    return parse_fix(recorded).name();
+  } catch (const std::exception&) {
+    return recorded;
+  }
+}
+
+void add_distinct(std::vector<std::string>& seen, std::string& joined, const std::string& x) {
+  for (const auto& y : seen)
+    if (y == x) return;
+  seen.push_back(x);
+  joined += (joined.empty() ? "" : ", ") + x;
+}
+
+}  // namespace
+
+RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers) {
+  RecordedNumerics n;
+  n.known = !layers.empty();
+  n.all_fp32 = n.known;
+  std::vector<std::string> policies, fixes;
+  for (const auto& l : layers) {
+    n.all_fp32 = n.all_fp32 && runs_fp32(l.policy);
+    add_distinct(policies, n.policy, l.policy);
+    add_distinct(fixes, n.fix, fix_name(l.fix));
+  }
+  return n;
+}
+
+void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
+  if (c.run.healthy || !n.known || c.open_finding < 0 || c.open_finding >= static_cast<int>(c.findings.size())) return;
+  std::string& open = c.findings[static_cast<std::size_t>(c.open_finding)];
+  if (n.all_fp32) {
+    open = fmt::format("attention ran in fp32 in every layer (policy {}): this failure is not low-precision attention rounding's; its cause "
+                       "lies elsewhere (the learning rate, its schedule, the data, the model's other precision)",
+                       n.policy);
+    c.decide.clear();
+    c.open_finding = -1;
+    return;
+  }
+  if (n.fix != "none" && !n.fix.empty()) {
+    c.decide = fmt::format(
+        "the run that decides: the same config, seed and data order with fp32 attention (gpt2_train --attention sdpa-fp32) or without "
+        "the fix this run ran ({}; --fix none), then `lpdiag analyze RUN.h5 --reference REF.h5`",
+        n.fix);
+    open = "whether attention numerics caused this failure is open; " + c.decide;
+  }
+}
+
+}  // namespace lpdiag::analysis

@@ -1,0 +1,79 @@
+// The open question of a failed run fits the attention numerics the trace says ran: fp32
+// attention answers it (not low-precision rounding), a fix that ran is named in the deciding run,
+// other numerics keep the generic question, and a healthy run is left alone.
+#include "catch_compat.hpp"
+#include "lpdiag/analyzers/recorded_numerics.hpp"
+
+using namespace lpdiag;
+using namespace lpdiag::analysis;
+
+namespace {
+std::vector<AttentionLayerSpec> layers(const std::vector<std::pair<std::string, std::string>>& policy_fix) {
+  std::vector<AttentionLayerSpec> v;
+  for (std::size_t i = 0; i < policy_fix.size(); ++i) {
+    AttentionLayerSpec s;
+    s.layer_index = static_cast<std::int64_t>(i), s.n_heads = 4, s.head_dim = 64;
+    s.policy = policy_fix[i].first, s.fix = policy_fix[i].second;
+    v.push_back(s);
+  }
+  return v;
+}
+ChainResult failed_with_open_question() {
+  ChainResult c;
+  c.run.healthy = false;
+  c.run.failure = {"loss_explosion", 10, 2, "test"};
+  c.decide = "the run that decides: fp32 attention or the fix";
+  c.findings = {"no causal chain: missing C2", "whether attention numerics caused this failure is open; " + c.decide};
+  c.open_finding = 1;
+  return c;
+}
+const std::string none = R"({"kind":"none"})";
+}  // namespace
+
+TEST_CASE("recorded numerics: fp32 attention in every layer answers the open question", "[analyzers][numerics]") {
+  for (const auto& p : {std::string("fp32"), std::string("external:sdpa-fp32")}) {
+    const RecordedNumerics n = recorded_numerics(layers({{p, none}, {p, none}}));
+    CHECK(n.all_fp32);
+    ChainResult c = failed_with_open_question();
+    account_for_numerics(c, n);
+    CHECK(c.decide.empty());
+    CHECK(c.open_finding == -1);
+    CHECK(c.findings[1].find("attention ran in fp32 in every layer (policy " + p + ")") != std::string::npos);
+  }
+}
+
+TEST_CASE("recorded numerics: one bf16 layer, or PyTorch's own attention of unknown precision, keeps the question", "[analyzers][numerics]") {
+  for (const auto& ls : {layers({{"fp32", none}, {"fa2", none}}), layers({{"external:sdpa", none}})}) {
+    const RecordedNumerics n = recorded_numerics(ls);
+    CHECK_FALSE(n.all_fp32);
+    ChainResult c = failed_with_open_question();
+    const auto before = c.findings;
+    account_for_numerics(c, n);
+    CHECK(c.findings == before);
+    CHECK(c.open_finding == 1);
+  }
+}
+
+TEST_CASE("recorded numerics: a run that ran a fix is decided without it", "[analyzers][numerics]") {
+  const RecordedNumerics n = recorded_numerics(layers({{"seed-mma:tile=512", R"({"kind":"paper","beta":2.0,"tol":0.001})"},
+                                                       {"seed-mma:tile=512", R"({"kind":"paper","beta":2.0,"tol":0.001})"}}));
+  CHECK(n.fix == "paper");
+  CHECK(n.policy == "seed-mma:tile=512");
+  ChainResult c = failed_with_open_question();
+  account_for_numerics(c, n);
+  CHECK(c.decide.find("without the fix this run ran (paper; --fix none)") != std::string::npos);
+  CHECK(c.findings[1].find(c.decide) != std::string::npos);
+  CHECK(c.open_finding == 1);
+}
+
+TEST_CASE("recorded numerics: a healthy run, or a trace without attention layers, is left alone", "[analyzers][numerics]") {
+  ChainResult healthy;
+  healthy.run.healthy = true;
+  account_for_numerics(healthy, recorded_numerics(layers({{"fp32", none}})));
+  CHECK(healthy.findings.empty());
+  ChainResult c = failed_with_open_question();
+  const RecordedNumerics n = recorded_numerics({});
+  CHECK_FALSE(n.known);
+  account_for_numerics(c, n);
+  CHECK(c.open_finding == 1);
+}
