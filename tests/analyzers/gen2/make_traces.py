@@ -13,7 +13,10 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
   co-vary as the mechanism says (chains); growth that ramps and levels off (nulls); and
   "undriven" nulls with every link in place, ordered and in one head, whose growth follows an
   AR(1) process independent of the bias (timing alone must not make a chain);
-- failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion.
+- failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion;
+- optionally (delta_every > 1, validate.py's LPDIAG_GEN2_DELTA_EVERY) O and delta errors on every
+  delta_every-th record only, unmeasured (-1 / NaN) between, as a run at `--full-every` records
+  them; the rest of the trace and the random draws are the same as with delta_every = 1.
 
    make_traces.py OUT_DIR SEED COUNT   writes COUNT traces gen2_<seed>_<i>.h5 plus truth.json
 """
@@ -46,7 +49,7 @@ def ramp(rng, n, start, width, shape):
     return u  # linear
 
 
-def write_trace(path, seed, kind):
+def write_trace(path, seed, kind, delta_every=1):
     rng = np.random.default_rng(seed)
     L = int(rng.integers(2, 7))
     H = int(rng.integers(2, 13))
@@ -213,14 +216,18 @@ def write_trace(path, seed, kind):
                 "o_err_count": np.full((T, H), o_n), "o_err_pos": np.full((T, H), o_n // 2), "o_err_neg": np.full((T, H), o_n // 2),
                 "delta_err_count": n_rows, "delta_err_pos": n_rows // 2, "delta_err_neg": n_rows // 2,
             }
+            not_full = np.arange(T) % delta_every != 0  # records without the `full` error statistics
             for name, v in cols.items():
-                v = np.asarray(v, dtype=np.int64)
+                v = np.array(v, dtype=np.int64)
                 v[gap_row] = -1
+                if name.startswith(("o_err", "delta_err")):
+                    v[not_full] = -1
                 ds(f"{g.name}/{name}", v, "i8")
             for name, v in {"o_err_sum": o_sum, "o_err_sumsq": o_n * sd * sd * np.ones((T, H)), "delta_err_sum": d_sum,
                             "delta_err_sumsq": d_sumsq}.items():
                 v = np.array(v, dtype=float)
                 v[gap_row] = np.nan
+                v[not_full] = np.nan
                 ds(f"{g.name}/{name}", v, "f8")
             lg = np.minimum(np.abs(logits), 3e38).astype(np.float32)
             lg[gap_row] = np.nan

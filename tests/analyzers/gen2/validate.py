@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Validates `lpdiag analyze` on traces of the independent generator (make_traces.py).
-   validate.py LPDIAG_BINARY [COUNT]   seed: $LPDIAG_GEN2_SEED, else fresh (printed)
+   validate.py LPDIAG_BINARY [COUNT]   seed: $LPDIAG_GEN2_SEED, else fresh (printed); O and delta errors on
+                                       every $LPDIAG_GEN2_DELTA_EVERY-th record only (default 1: every record)
 Exit 1 when a floor is missed. The floors are what the analyzers reach today (docs/ANALYZERS.md),
 below the issue's targets where those are not met yet (recall and the worst onset error): chain
 precision >= 0.95, recall >= 0.70, localization >= 0.95, run verdicts >= 0.95 right, onset
@@ -24,7 +25,9 @@ def main():
     lpdiag = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 120
     seed = int(os.environ.get("LPDIAG_GEN2_SEED", str(int(time.time()) % 100000)))
-    print(f"gen2 validation: seed {seed} (rerun with LPDIAG_GEN2_SEED={seed}), {count} traces", flush=True)
+    delta_every = int(os.environ.get("LPDIAG_GEN2_DELTA_EVERY", "1"))
+    print(f"gen2 validation: seed {seed} (rerun with LPDIAG_GEN2_SEED={seed}), {count} traces"
+          + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else ""), flush=True)
     tp = fp = fn = tn = loc_ok = 0
     verdict_ok = nulls = nulls_ok = timing_only = timing_planted = 0
     errors = []
@@ -32,7 +35,7 @@ def main():
         for i in range(count):
             kind = make_traces.KINDS[i % len(make_traces.KINDS)]
             tseed = seed * 1000 + i
-            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind)
+            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind, delta_every)
             out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/t{i}.h5"], capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"  trace seed {tseed} ({kind}): analyze exit {out.returncode}: {out.stderr.strip()[:300]}")
@@ -92,6 +95,15 @@ def main():
           f"verdicts right {verdicts:.3f} | onset error / length median {med:.4f} max {worst:.4f} | nulls right {nulls_ok}/{nulls} | "
           f"undecided candidates {timing_only} ({timing_planted} of them planted chains, the rest undriven)")
     ok = precision >= 0.95 and recall >= 0.70 and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
+    if delta_every > 1:
+        # Sparse error statistics (session 20): recall is bounded by what the records can show
+        # (0.333 and 0.375 at seeds 42 and 57 with every 25th record; 0.278 before C2's long
+        # windows), so the floor is 0.25; what must hold is that a planted chain the trace cannot
+        # decide is reported as an undecided candidate, not rejected: at least half of the misses.
+        undecided_share = timing_planted / max(1, fn)
+        print(f"sparse errors: {timing_planted} of {fn} missed planted chains are undecided candidates ({undecided_share:.2f}; floor 0.5)")
+        ok = precision >= 0.95 and recall >= 0.25 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.10 and \
+            nulls_ok >= 0.85 * nulls and undecided_share >= 0.5
     print(f"targets (issue 16): precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
