@@ -68,16 +68,58 @@ double z_for_two_sided(double p) {
   return hi;
 }
 
+// A family of sliding windows: width in bins, the |z| bound, the tests it was counted over.
+struct Scale {
+  int w;
+  double z, tests;
+  bool long_window;
+};
+
+// A head's first qualifying window at one scale, widened to its episode.
+struct Episode {
+  bool found = false;
+  int onset = 0, end = 0;  // bins [onset, end)
+  double sign = 1;
+};
+
+Episode first_episode(const std::vector<double>& zb, int K, const Scale& sc, double z_threshold) {
+  Episode e;
+  const int W = sc.w;
+  for (int b = 0; b < K; ++b) {
+    const double wz = robust_z(zb, b, b + W);
+    if (!(std::fabs(wz) >= sc.z)) continue;
+    if (sc.long_window && valued_bins(zb, b, b + W) < kMinLongBins) continue;
+    e.found = true;
+    e.sign = wz > 0 ? 1 : -1;
+    // The shift's start: the bin c maximizing the robust z over [c, b + W). Bins before the
+    // shift dilute it and bins after it left out lose signal, so the maximum sits at the shift
+    // (the segment estimate of a mean shift). The first significant window says only that the
+    // shift happened by its end: a weak bias needs many bins to reach the bound.
+    e.onset = b;
+    double top = -std::numeric_limits<double>::infinity();
+    for (int c = std::min(K, b + W) - 1; c >= 0; --c) {
+      if (!std::isfinite(zb[c])) continue;
+      const double z = e.sign * robust_z(zb, c, b + W);
+      if (z > top) top = z, e.onset = c;
+    }
+    // The episode: consecutive windows that keep |z| >= the configured threshold, same sign.
+    e.end = std::min(K, b + W);
+    while (e.end < K && robust_z(zb, e.end, e.end + W) * e.sign >= z_threshold) e.end = std::min(K, e.end + W);
+    return e;
+  }
+  return e;
+}
+
 }  // namespace
 
 LinkResult analyze_bias(const BinnedTrace& t, double z_threshold, std::int64_t only_layer, std::int64_t only_head) {
   LinkResult best;
   best.id = "C2";
   best.name = "biased rounding (delta error)";
-  const int K = t.bins, W_short = std::max(3, K / 40);
+  const int K = t.bins;
   // Sliding windows: counted as one test per start bin (conservative; neighbours overlap).
   const double heads = double(t.layers.size()) * double(std::max<std::int64_t>(1, t.heads));
-  const double tests = heads * double(K);
+  const double tests = heads * double(K), tests_long = 2 * tests;
   const double z_window = std::max(z_threshold, z_for_two_sided(0.01 / tests));
   // A weak bias that holds for long needs long windows. Across sparse `full` records (GPT-2 small
   // at --full-every 50: 40 records in 2,000 steps, about one per short window) no short window
@@ -85,69 +127,40 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold, std::int64_t o
   // head and +1.5 z on average over all 144 (docs/REPRODUCTION.md, session 20). Windows of a
   // quarter of the run and suffixes to its end are a second family with its own 1% family-wise
   // error, tried only when no head qualified on the short windows (whose onsets are sharper).
-  const double tests_long = 2 * heads * double(K);
   const double z_long = std::max(z_threshold, z_for_two_sided(0.01 / tests_long));
-  struct Scale {
-    int w;
-    double z, tests;
-  };
-  const std::vector<std::vector<Scale>> families = {{{W_short, z_window, tests}},
-                                                    {{std::max(W_short, K / 4), z_long, tests_long}, {K, z_long, tests_long}}};
+  const int w_short = std::max(3, K / 40);
+  const std::vector<std::vector<Scale>> families = {
+      {{w_short, z_window, tests, false}}, {{std::max(w_short, K / 4), z_long, tests_long, true}, {K, z_long, tests_long, true}}};
   double best_z = 0;
   bool any_data = false;
   for (const auto& family : families) {
     if (best.present) break;
-  for (std::size_t l = 0; l < t.layers.size(); ++l)
-    for (std::int64_t h = 0; h < t.heads; ++h) {
-      if (only_layer >= 0 && (t.layers[l] != only_layer || h != only_head)) continue;
-      const auto zb = delta_z(t, l, h);
-      if (tools::finite_values(zb, 0, K).empty()) continue;
-      any_data = true;
-      bool head_found = false;
-      for (const Scale& sc : family) {
-        if (head_found) break;
-        const int W = sc.w;
-        for (int b = 0; b < K; ++b) {
-          const double wz = robust_z(zb, b, b + W);
-          if (!(std::fabs(wz) >= sc.z)) continue;
-          if (W != W_short && valued_bins(zb, b, b + W) < kMinLongBins) continue;
-          const double sign = wz > 0 ? 1 : -1;
-          // The shift's start: the bin c maximizing the robust z over [c, b + W). Bins before the
-          // shift dilute it and bins after it left out lose signal, so the maximum sits at the
-          // shift (the segment estimate of a mean shift). The first significant window says only
-          // that the shift happened by its end: a weak bias needs many bins to reach the bound.
-          int onset = b;
-          double top = -std::numeric_limits<double>::infinity();
-          for (int c = std::min(K, b + W) - 1; c >= 0; --c) {
-            if (!std::isfinite(zb[c])) continue;
-            const double z = sign * robust_z(zb, c, b + W);
-            if (z > top) top = z, onset = c;
-          }
-          // The episode: consecutive windows that keep |z| >= the configured threshold, same sign.
-          int end = std::min(K, b + W);
-          while (end < K && robust_z(zb, end, end + W) * sign >= z_threshold) end = std::min(K, end + W);
-          const Pool ep = pool(t, l, h, onset, end);
-          const Pool rest = pool(t, l, h, onset, K);
-          const double z_ep = ep.z(), rz_ep = robust_z(zb, onset, end);
-          head_found = true;
-          if (std::fabs(rz_ep) > std::fabs(best_z)) {
-            best_z = rz_ep;
-            const Pool all = pool(t, l, h, 0, K);
-            const bool persists = robust_z(zb, onset, K) * sign >= z_threshold;
-            tools::set_found(best, t, onset, t.layers[l], h, ep.s / ep.n, 1.0 - sc.z / std::max(sc.z, std::fabs(rz_ep)), zb);
+    for (std::size_t l = 0; l < t.layers.size(); ++l)
+      for (std::int64_t h = 0; h < t.heads; ++h) {
+        if (only_layer >= 0 && (t.layers[l] != only_layer || h != only_head)) continue;
+        const auto zb = delta_z(t, l, h);
+        if (tools::finite_values(zb, 0, K).empty()) continue;
+        any_data = true;
+        for (const Scale& sc : family) {
+          const Episode e = first_episode(zb, K, sc, z_threshold);
+          if (!e.found) continue;
+          const double rz = robust_z(zb, e.onset, e.end);
+          if (std::fabs(rz) > std::fabs(best_z)) {
+            best_z = rz;
+            const Pool ep = pool(t, l, h, e.onset, e.end), rest = pool(t, l, h, e.onset, K), all = pool(t, l, h, 0, K);
+            const bool persists = robust_z(zb, e.onset, K) * e.sign >= z_threshold;
+            tools::set_found(best, t, e.onset, t.layers[l], h, ep.s / ep.n, 1.0 - sc.z / std::max(sc.z, std::fabs(rz)), zb);
             best.evidence = fmt::format(
                 "delta error of layer {} head {}: mean {:+.3e} over steps {}..{} (z {:+.1f}, outlier-robust z {:+.1f}; {} threshold {:.1f} "
-                "over {:.0f} tests), "
-                "{}; running driver D = {:+.3e}",
-                t.layers[l], h, best.effect, best.onset_step, t.bin_step(std::min(K - 1, end - 1)), z_ep, rz_ep,
-                W == W_short ? "window" : fmt::format("long-window ({} bins)", W), sc.z, sc.tests,
+                "over {:.0f} tests), {}; running driver D = {:+.3e}",
+                t.layers[l], h, best.effect, best.onset_step, t.bin_step(std::min(K - 1, e.end - 1)), ep.z(), rz,
+                sc.long_window ? fmt::format("long-window ({} bins)", sc.w) : std::string("window"), sc.z, sc.tests,
                 persists ? fmt::format("persisting to the end (z {:+.1f})", rest.z()) : std::string("an episode that did not persist"),
                 all.s);
           }
-          break;  // the first qualifying window is this head's onset
+          break;  // the first scale of the family that qualifies gives this head's onset
         }
       }
-    }
   }
   if (!best.present)
     best.evidence = any_data ? fmt::format("no (layer, head) with a delta-error window mean of |z| >= {:.1f} (Bonferroni over {:.0f} tests), "
