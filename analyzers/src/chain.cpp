@@ -151,10 +151,15 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   for (const auto& l : c.links)
     if (!l.present) c.missing_links.push_back(l.id);
 
+  // What the healthy verdict rests on: the logits only where they were recorded (PyTorch's own
+  // attention records none), and a warning, e.g. a loss plateau, named rather than contradicted.
+  const std::string logits = full.has_logits ? "no attention-logit explosion" : "attention logits not recorded";
   if (c.run.healthy)
     c.findings.push_back(c.run.warnings.empty()
-                             ? "run verdict: healthy (no loss explosion or stall, no attention-logit explosion, all values finite)"
-                             : "run verdict: healthy (no loss explosion or stall, all values finite, the loss kept learning), with the warning below");
+                             ? fmt::format("run verdict: healthy (no loss explosion or stall, {}, all values finite)", logits)
+                             : fmt::format("run verdict: healthy by the failure rules (no loss explosion or stall, {}, all values finite), "
+                                           "with the warning{} below",
+                                           logits, c.run.warnings.size() > 1 ? "s" : ""));
   else
     c.findings.push_back(fmt::format("run verdict: FAILED, {} from step {}: {}", c.run.failure.kind, c.run.failure.onset_step,
                                      c.run.failure.evidence));

@@ -33,17 +33,38 @@ void add_distinct(std::vector<std::string>& seen, std::string& joined, const std
 RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers) {
   RecordedNumerics n;
   n.known = !layers.empty();
-  n.all_fp32 = n.known;
+  n.all_fp32 = n.all_external = n.known;
   std::vector<std::string> policies, fixes;
   for (const auto& l : layers) {
     n.all_fp32 = n.all_fp32 && runs_fp32(l.policy);
+    n.all_external = n.all_external && l.policy.rfind("external", 0) == 0;
     add_distinct(policies, n.policy, l.policy);
     add_distinct(fixes, n.fix, fix_name(l.fix));
   }
   return n;
 }
 
+namespace {
+
+// C1 and C2 of a run whose attention lpdiag did not run: not measured, and why.
+void say_not_recorded(ChainResult& c, const RecordedNumerics& n) {
+  for (int i : {0, 1}) {
+    LinkResult& l = c.links[static_cast<std::size_t>(i)];
+    if (l.present) continue;
+    const std::string was = fmt::format("{} {} not found: {}", l.id, l.name, l.evidence);
+    l.evidence = fmt::format("not recorded: attention ran in a kernel lpdiag did not run, in every layer (policy {}), so there are no "
+                             "{}; run the attention through lpdiag (gpt2_train --attention lpdiag, or lpdiag.patch_sdpa in Python) "
+                             "to record them",
+                             n.policy, i == 0 ? "repeated-maxima counters" : "error statistics");
+    for (auto& f : c.findings)
+      if (f == was) f = fmt::format("{} {} not found: {}", l.id, l.name, l.evidence);
+  }
+}
+
+}  // namespace
+
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
+  if (n.all_external) say_not_recorded(c, n);
   if (c.run.healthy || !n.known || c.open_finding < 0 || c.open_finding >= static_cast<int>(c.findings.size())) return;
   std::string& open = c.findings[static_cast<std::size_t>(c.open_finding)];
   if (n.all_fp32) {

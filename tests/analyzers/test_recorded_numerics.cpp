@@ -77,3 +77,28 @@ TEST_CASE("recorded numerics: a healthy run, or a trace without attention layers
   account_for_numerics(c, n);
   CHECK(c.open_finding == 1);
 }
+
+TEST_CASE("recorded numerics: attention lpdiag did not run says so for the trigger and the bias", "[analyzers][numerics]") {
+  auto with_missing_links = [] {
+    ChainResult c;
+    c.run.healthy = true;
+    c.links[0].id = "C1", c.links[0].name = "trigger (repeated maxima)", c.links[0].evidence = "no attention counters in the trace";
+    c.links[1].id = "C2", c.links[1].name = "biased rounding (delta error)",
+    c.links[1].evidence = "the trace holds no delta-error statistics (instrumentation off?)";
+    for (int i : {0, 1}) c.findings.push_back(c.links[i].id + " " + c.links[i].name + " not found: " + c.links[i].evidence);
+    return c;
+  };
+  ChainResult c = with_missing_links();
+  const RecordedNumerics n = recorded_numerics(layers({{"external:sdpa", none}, {"external:sdpa", none}}));
+  CHECK(n.all_external);
+  CHECK_FALSE(n.all_fp32);
+  account_for_numerics(c, n);
+  for (int i : {0, 1}) {
+    CHECK(c.links[i].evidence.find("not recorded: attention ran in a kernel lpdiag did not run") != std::string::npos);
+    CHECK(c.findings[i].find("not found: not recorded") != std::string::npos);
+  }
+  // One layer lpdiag ran: its counters exist, the evidence stays as the links found it.
+  ChainResult mixed = with_missing_links();
+  account_for_numerics(mixed, recorded_numerics(layers({{"external:sdpa", none}, {"fa2", none}})));
+  CHECK(mixed.links[1].evidence.find("instrumentation off?") != std::string::npos);
+}

@@ -14,6 +14,7 @@ namespace lpdiag::analysis {
 struct RecordedNumerics {
   bool known = false;     // the trace declares at least one attention layer
   bool all_fp32 = false;  // every layer ran fp32 attention: lpdiag's fp32 policy or an external backend named "...fp32..."
+  bool all_external = false;  // every layer ran attention lpdiag did not run ("external[:backend]"): no counters, no errors
   std::string policy;     // every layer's, joined by ", " where they differ
   std::string fix;        // the fix that ran ("none"), joined likewise
 };
@@ -22,7 +23,8 @@ RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers
 
 // Rewrites the open question of a failed run (ChainResult::open_finding, `decide`) for the
 // numerics that ran: answered (not low-precision attention) when they were fp32; the deciding
-// run named as "without the fix" when a fix ran. Nothing changes for a healthy run.
+// run named as "without the fix" when a fix ran. When lpdiag ran no layer's attention, the
+// missing trigger and bias say so (and how to record them) instead of "instrumentation off?".
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n);
 
 }  // namespace lpdiag::analysis
