@@ -33,6 +33,9 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    12% lower over the steps both reached, 22% at the end), and seed/none against its paper-fix
    twin is not (false: the fix fails alike). Before session 19 the fp32 and paper arms were cut
    at ~1,150-1,300 steps, both on the plateau, and every attribution was null.
+ - PyTorch's own bf16 attention (cuDNN) at lr 2e-3 seed 1 (session 20): on the plateau to the end
+   (2.355) where fp32 learned (1.911): healthy with a plateau warning by its own trace (no logits
+   recorded), a degradation attributable to the numerics against fp32.
  - The same at seed 2 (session 20): seed-mma/none failed (logits to 12,000, the loss on the plateau
    at 2.43) and so did seed-mma/paper (logits to 5,920), but the fix's loss left the plateau and
    ended at 1.96, 24% lower: against its paper-fix twin seed/none is undecided (null: the fix
@@ -148,6 +151,19 @@ def main():
     ref = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3-s2.h5", "--reference", f"{d}/gpt2-seedmma-paper-2e-3-s2.h5")["reference"]
     check(f"gpt2-seedmma-none-2e-3-s2 against its paper-fix twin: undecided, the fix lessened the failure ({ref['evidence'][-140:]})",
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is True and "lessened" in ref["evidence"])
+    # PyTorch's own bf16 attention at lr 2e-3, seed 1 (session 20): on the plateau for the whole run,
+    # no lpdiag counters. Its own trace: healthy by the failure rules with a plateau warning, the
+    # logits and the trigger/bias said to be unrecorded (not "instrumentation off?"); against fp32,
+    # a degradation attributable to the attention numerics.
+    j = analyze(lpdiag, f"{d}/gpt2-sdpa-bf16-2e-3.h5", "--reference", f"{d}/gpt2-fp32-2e-3.h5")
+    run, ref, links = j["run"], j["reference"], j["chain"]["links"]
+    check(f"gpt2-sdpa-bf16-2e-3: healthy with a loss_plateau warning, final loss {run['final_loss']:.3f}",
+          run["healthy"] and [w["kind"] for w in run["warnings"]] == ["loss_plateau"] and run["final_loss"] > 2.2)
+    check("gpt2-sdpa-bf16-2e-3: the verdict says the logits were not recorded, C1 and C2 say lpdiag did not run the attention",
+          any("attention logits not recorded" in f for f in j["findings"])
+          and all(links[k]["evidence"].startswith("not recorded: attention ran in a kernel lpdiag did not run") for k in ("C1", "C2")))
+    check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",
+          ref["attributable_to_attention_numerics"] is True and "23% above" in ref["evidence"])
     print("FAIL" if bad else "ok")
     return 1 if bad else 0
 
