@@ -60,7 +60,8 @@ def main():
             # low-precision attention's (no run to make); a fix run is decided without its fix.
             fp32 = name.endswith("-fp32")
             fix = name.endswith("-fix") or name.endswith("-safe")
-            ok = (j["decide_with"] is None and any("attention ran in fp32" in f for f in j["findings"])) if fp32 else \
+            ok = (j["decide_with"] is None and any("attention ran in fp32" in f for f in j["findings"])
+                  and j["attention_numerics"]["all_fp32"]) if fp32 else \
                 (j["decide_with"] is not None and ("without the fix" in j["decide_with"]) == fix)
             bad += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {name}: the open question fits the numerics that ran "

@@ -162,6 +162,8 @@ def main():
     check("gpt2-sdpa-bf16-2e-3: the verdict says the logits were not recorded, C1 and C2 say lpdiag did not run the attention",
           any("attention logits not recorded" in f for f in j["findings"])
           and all(links[k]["evidence"].startswith("not recorded: attention ran in a kernel lpdiag did not run") for k in ("C1", "C2")))
+    check(f"gpt2-sdpa-bf16-2e-3: the JSON says what ran ({j['attention_numerics']})",
+          j["attention_numerics"] == {"policy": "external:sdpa", "fix": "none", "all_fp32": False, "all_external": True})
     check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",
           ref["attributable_to_attention_numerics"] is True and "23% above" in ref["evidence"])
     print("FAIL" if bad else "ok")

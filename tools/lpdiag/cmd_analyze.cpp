@@ -59,6 +59,10 @@ int run_analyze(const AnalyzeArgs& a) {
   }
   if (a.json) {
     nlohmann::json j = chain_to_json(run.t, run.c);
+    j["attention_numerics"] = {{"policy", run.numerics.policy},
+                               {"fix", run.numerics.fix},
+                               {"all_fp32", run.numerics.all_fp32},
+                               {"all_external", run.numerics.all_external}};
     if (cmp) {
       j["reference"] = reference_to_json(*cmp);
       j["reference"]["run"] = verdict_to_json(ref->c.run);

@@ -15,7 +15,8 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
   r.c = analysis::reconstruct_chain(r.t, bias_z);
   const TraceReader first(paths.front());
   r.run_config = first.meta().run_config;
-  analysis::account_for_numerics(r.c, analysis::recorded_numerics(first.layout().attention));
+  r.numerics = analysis::recorded_numerics(first.layout().attention);
+  analysis::account_for_numerics(r.c, r.numerics);
   return r;
 }
 

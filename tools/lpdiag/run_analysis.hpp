@@ -7,6 +7,7 @@
 
 #include "lpdiag/analyzers/binned_trace.hpp"
 #include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/analyzers/recorded_numerics.hpp"
 #include "lpdiag/analyzers/reference_run.hpp"
 
 namespace lpdiag::cli {
@@ -15,6 +16,7 @@ struct AnalyzedRun {
   analysis::BinnedTrace t;
   analysis::ChainResult c;
   std::string run_config;  // of the first file
+  analysis::RecordedNumerics numerics;  // the attention layers' policy and fix, of the first file
 };
 
 // Preflights every file first (clear errors for unusable input).
