@@ -45,6 +45,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from real_runs import analyze  # noqa: E402
@@ -162,6 +163,12 @@ def main():
     check("gpt2-sdpa-bf16-2e-3: the verdict says the logits were not recorded, C1 and C2 say lpdiag did not run the attention",
           any("attention logits not recorded" in f for f in j["findings"])
           and all(links[k]["evidence"].startswith("not recorded: attention ran in a kernel lpdiag did not run") for k in ("C1", "C2")))
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([lpdiag, "report", f"{d}/gpt2-sdpa-bf16-2e-3.h5", "-o", f"{tmp}/r.html"], capture_output=True, check=True)
+        html = open(f"{tmp}/r.html", encoding="utf-8").read()
+    check("gpt2-sdpa-bf16-2e-3: the report's headline is not a green 'Run healthy' over the plateau, and names what ran",
+          '<h2 class="open">Run healthy by the failure rules, with a warning</h2>' in html and '<h2 class="none">' not in html
+          and "policy external:sdpa" in html)
     check(f"gpt2-sdpa-bf16-2e-3: the JSON says what ran ({j['attention_numerics']})",
           j["attention_numerics"] == {"policy": "external:sdpa", "fix": "none", "all_fp32": False, "all_external": True})
     check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",

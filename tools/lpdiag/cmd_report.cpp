@@ -117,8 +117,15 @@ int run_report(const ReportArgs& a) {
                      ".tick{position:absolute;top:0;height:46px;border-left:2px solid #c00;font-size:11px;padding-left:3px}</style></head><body>";
   html += "<h1>lpdiag report</h1><p>" + html_escape(fmt::format("{} ({} file(s), {} records, steps {}..{})", t.files.front(), t.files.size(),
                                                                t.records, t.first_step, t.last_step)) + "</p>";
-  // The headline is the run verdict: a failed run is never shown green.
-  html += c.run.healthy ? std::string("<h2 class=\"none\">Run healthy</h2>")
+  if (run.numerics.known)
+    html += "<p>" + html_escape(fmt::format("attention as recorded: policy {}, fix {}{}", run.numerics.policy, run.numerics.fix,
+                                            run.numerics.all_external ? " (a kernel lpdiag did not run: no counters or error statistics)"
+                                                                      : "")) +
+            "</p>";
+  // The headline is the run verdict: a failed run is never shown green, nor a healthy one with a
+  // warning (a loss plateau, logits that kept growing): that one is grey and says so.
+  html += c.run.healthy ? (c.run.warnings.empty() ? std::string("<h2 class=\"none\">Run healthy</h2>")
+                                                  : std::string("<h2 class=\"open\">Run healthy by the failure rules, with a warning</h2>"))
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
   for (const auto& w : c.run.warnings)
