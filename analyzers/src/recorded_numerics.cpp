@@ -28,24 +28,6 @@ void add_distinct(std::vector<std::string>& seen, std::string& joined, const std
   joined += (joined.empty() ? "" : ", ") + x;
 }
 
-}  // namespace
-
-RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers) {
-  RecordedNumerics n;
-  n.known = !layers.empty();
-  n.all_fp32 = n.all_external = n.known;
-  std::vector<std::string> policies, fixes;
-  for (const auto& l : layers) {
-    n.all_fp32 = n.all_fp32 && runs_fp32(l.policy);
-    n.all_external = n.all_external && l.policy.rfind("external", 0) == 0;
-    add_distinct(policies, n.policy, l.policy);
-    add_distinct(fixes, n.fix, fix_name(l.fix));
-  }
-  return n;
-}
-
-namespace {
-
 // C1 and C2 of a run whose attention lpdiag did not run: not measured, and why.
 void say_not_recorded(ChainResult& c, const RecordedNumerics& n) {
   for (int i : {0, 1}) {
@@ -62,6 +44,20 @@ void say_not_recorded(ChainResult& c, const RecordedNumerics& n) {
 }
 
 }  // namespace
+
+RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers) {
+  RecordedNumerics n;
+  n.known = !layers.empty();
+  n.all_fp32 = n.all_external = n.known;
+  std::vector<std::string> policies, fixes;
+  for (const auto& l : layers) {
+    n.all_fp32 = n.all_fp32 && runs_fp32(l.policy);
+    n.all_external = n.all_external && l.policy.rfind("external", 0) == 0;
+    add_distinct(policies, n.policy, l.policy);
+    add_distinct(fixes, n.fix, fix_name(l.fix));
+  }
+  return n;
+}
 
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
   if (n.all_external) say_not_recorded(c, n);
