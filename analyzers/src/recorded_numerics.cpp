@@ -62,6 +62,16 @@ RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
   if (n.all_external) say_not_recorded(c, n);
   if (c.run.healthy || !n.known || c.open_finding < 0 || c.open_finding >= static_cast<int>(c.findings.size())) return;
+  // The paper's shift m = beta * max leaves the max entry exp(-(beta - 1) max): past a logit of
+  // ~87 (beta 2) that underflows fp32 and the row sum can vanish. Every paper-fix run of
+  // docs/REAL_RUNS.md turned non-finite this way while its no-fix twin did not.
+  if (n.fix == "paper" && c.run.failure.kind == "non_finite")
+    c.findings.insert(c.findings.begin() + c.open_finding,
+                      fmt::format("the paper's fix ran: its shift m = beta * max gives the largest entry exp(-(beta - 1) * max), which "
+                                  "underflows fp32 once a logit passes ~87 at beta 2 (the largest recorded here: {}), so the fix itself "
+                                  "can make the row sum vanish and the run non-finite; lpdiag's safe fix (--fix safe) never underflows",
+                                  c.run.max_logit >= 0 ? fmt::format("{:.3g}", c.run.max_logit) : std::string("not recorded"))),
+        ++c.open_finding;  // before `open` is taken: the insert moves the findings
   std::string& open = c.findings[static_cast<std::size_t>(c.open_finding)];
   if (n.all_fp32) {
     open = fmt::format("attention ran in fp32 in every layer (policy {}): this failure is not low-precision attention rounding's; its cause "

@@ -102,3 +102,19 @@ TEST_CASE("recorded numerics: attention lpdiag did not run says so for the trigg
   account_for_numerics(mixed, recorded_numerics(layers({{"external:sdpa", none}, {"fa2", none}})));
   CHECK(mixed.links[1].evidence.find("instrumentation off?") != std::string::npos);
 }
+
+TEST_CASE("recorded numerics: a paper-fix run that turned non-finite is told the fix can underflow", "[analyzers][numerics]") {
+  ChainResult c = failed_with_open_question();
+  c.run.failure = {"non_finite", 17, 3, "the loss became non-finite"};
+  c.run.max_logit = 63.9;
+  account_for_numerics(c, recorded_numerics(layers({{"fa2", R"({"kind":"paper","beta":2.0,"tol":0.001})"}})));
+  REQUIRE(c.findings.size() == 3);
+  CHECK(c.findings[1].find("underflows fp32 once a logit passes ~87") != std::string::npos);
+  CHECK(c.findings[1].find("63.9") != std::string::npos);
+  REQUIRE(c.open_finding == 2);  // still the question, moved down by one
+  CHECK(c.findings[2].find("without the fix this run ran (paper") != std::string::npos);
+  // A loss explosion of a paper-fix run, or a non-finite run without the fix: no such sentence.
+  ChainResult other = failed_with_open_question();
+  account_for_numerics(other, recorded_numerics(layers({{"fa2", R"({"kind":"paper"})"}})));
+  CHECK(other.findings.size() == 2);
+}
