@@ -120,6 +120,11 @@ BinnedTrace before_nonfinite(const BinnedTrace& t) {
 
 }  // namespace
 
+std::string deciding_run(const std::string& counterfactual) {
+  return "the run that decides: the same config, seed and data order " + counterfactual +
+         ", then `lpdiag analyze RUN.h5 --reference REF.h5`";
+}
+
 ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   ChainResult c;
   const BinnedTrace t = before_nonfinite(full);
@@ -192,9 +197,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                                        c1.onset_step, c2.onset_step, c4.onset_step));
     }
   }
-  const std::string decide =
-      "the run that decides: the same config, seed and data order with fp32 attention (gpt2_train --attention sdpa-fp32) or with the "
-      "fix (--fix safe), then `lpdiag analyze RUN.h5 --reference REF.h5`";
+  const std::string decide = deciding_run();
   auto no_chain = [&](const std::string& why) {
     c.findings.push_back("no causal chain: " + why);
     if (!c.run.healthy) {
@@ -307,8 +310,8 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
       c.undecided = true;
       c.layer_index = c2.layer_index;
       c.head = c2.head;
-      c.decide = "the run that decides: the same config with `full` instrumentation on more records (--full-every), or with fp32 "
-                 "attention (gpt2_train --attention sdpa-fp32) as `lpdiag analyze RUN.h5 --reference REF.h5`";
+      c.decide = deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
+                              "--attention sdpa-fp32)");
       c.findings.push_back(fmt::format(
           "candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, but the delta "
           "error was recorded in only {} of the {} bins since W_Q began to grow, too few to test whether the bias drives the growth",

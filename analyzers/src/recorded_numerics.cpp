@@ -82,11 +82,12 @@ void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
     return;
   }
   if (n.fix != "none" && !n.fix.empty()) {
-    c.decide = fmt::format(
-        "the run that decides: the same config, seed and data order with fp32 attention (gpt2_train --attention sdpa-fp32) or without "
-        "the fix this run ran ({}; --fix none), then `lpdiag analyze RUN.h5 --reference REF.h5`",
-        n.fix);
-    open = "whether attention numerics caused this failure is open; " + c.decide;
+    // The same question, its counterfactual turned to the fix that ran, whatever form it takes
+    // (no chain, a candidate, a chain that order and correlation only suggest).
+    const std::string generic = deciding_run(), tailored = deciding_run(fmt::format(
+        "with fp32 attention (gpt2_train --attention sdpa-fp32) or without the fix this run ran ({}; --fix none)", n.fix));
+    if (const auto at = open.find(generic); at != std::string::npos) open.replace(at, generic.size(), tailored);
+    if (c.decide == generic) c.decide = tailored;
   }
 }
 

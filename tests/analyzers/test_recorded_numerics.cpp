@@ -22,7 +22,7 @@ ChainResult failed_with_open_question() {
   ChainResult c;
   c.run.healthy = false;
   c.run.failure = {"loss_explosion", 10, 2, "test"};
-  c.decide = "the run that decides: fp32 attention or the fix";
+  c.decide = deciding_run();
   c.findings = {"no causal chain: missing C2", "whether attention numerics caused this failure is open; " + c.decide};
   c.open_finding = 1;
   return c;
@@ -117,4 +117,21 @@ TEST_CASE("recorded numerics: a paper-fix run that turned non-finite is told the
   ChainResult other = failed_with_open_question();
   account_for_numerics(other, recorded_numerics(layers({{"fa2", R"({"kind":"paper"})"}})));
   CHECK(other.findings.size() == 2);
+}
+
+TEST_CASE("recorded numerics: the fix's counterfactual replaces the generic one in any form of the open question", "[analyzers][numerics]") {
+  // A found chain's question ("order and correlation suggest ...") keeps its form; only the run to
+  // make changes. Its `decide` is empty (a chain sets none) and stays so.
+  ChainResult c;
+  c.run.healthy = false;
+  c.run.failure = {"loss_explosion", 900, 40, "test"};
+  c.found = true;
+  c.findings = {"causal chain at layer 1 head 2", "order and correlation suggest, they do not prove: a counterfactual run decides (" +
+                                                      deciding_run() + ")"};
+  c.open_finding = 1;
+  account_for_numerics(c, recorded_numerics(layers({{"fa2", R"({"kind":"safe"})"}})));
+  CHECK(c.findings[1].rfind("order and correlation suggest", 0) == 0);
+  CHECK(c.findings[1].find("without the fix this run ran (safe; --fix none)") != std::string::npos);
+  CHECK(c.findings[1].find(kFp32OrFix) == std::string::npos);
+  CHECK(c.decide.empty());
 }

@@ -50,4 +50,10 @@ struct ChainResult {
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);
 
+// The counterfactual the chain asks for by default: fp32 attention, or the fix.
+inline constexpr const char* kFp32OrFix = "with fp32 attention (gpt2_train --attention sdpa-fp32) or with the fix (--fix safe)";
+// "the run that decides: the same config, seed and data order <counterfactual>, then `lpdiag
+// analyze RUN.h5 --reference REF.h5`": ChainResult::decide and the open question's ending.
+std::string deciding_run(const std::string& counterfactual = kFp32OrFix);
+
 }  // namespace lpdiag::analysis
