@@ -18,6 +18,21 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockRows = kWarps * 16;  // rows of a block: 64
 
+// Blocks per SM the compiler must leave registers for (__launch_bounds__' second argument). The
+// kernels are latency-bound (ncu, session 21: 12-18% occupancy, issue slots 23-40% busy): at
+// 190-255 registers they fit 2 blocks per SM; capped at 168 for 3 (the backward with a few hundred
+// bytes of spills, the forward at d = 64 with none) the backward ran 18-20% faster at the GPT-2
+// shape and the forward 13% (docs/BENCHMARKS.md, session 21).
+// Overridable for A/B builds (bench/seed_mma_occupancy_ab.sh).
+#ifndef LPDIAG_SEED_MMA_FWD_MIN_BLOCKS
+#define LPDIAG_SEED_MMA_FWD_MIN_BLOCKS 3
+#endif
+#ifndef LPDIAG_SEED_MMA_BWD_MIN_BLOCKS
+#define LPDIAG_SEED_MMA_BWD_MIN_BLOCKS 3
+#endif
+constexpr int kFwdMinBlocks = LPDIAG_SEED_MMA_FWD_MIN_BLOCKS;
+constexpr int kBwdMinBlocks = LPDIAG_SEED_MMA_BWD_MIN_BLOCKS;
+
 // Rows per streamed chunk: 64 at d = 64, 32 at d = 128 (the registers of the products' results).
 template <int D>
 __host__ __device__ constexpr int kChunkRows() {
