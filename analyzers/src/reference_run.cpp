@@ -154,6 +154,24 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   return r;
 }
 
+namespace {
+// Why an attributable difference is not the chain's doing. A failed run: no biased delta error, or
+// one that began after the failure. A run that only degraded has no failure onset to be after: a
+// bias it shows is named with the links the chain lacks.
+std::string other_way_than_the_chain(const ChainResult& c) {
+  const LinkResult& c2 = c.links[1];
+  const std::string tail = ": the numerics act another way, e.g. through the attention logits";
+  if (!c2.present) return "not through the chain's biased rounding (no biased delta error was recorded)" + tail;
+  if (!c.run.healthy) return "not through the chain's biased rounding (the biased delta error began after the failure)" + tail;
+  std::string lacking;
+  for (const auto& id : c.missing_links) lacking += (lacking.empty() ? "" : ", ") + id;
+  return fmt::format(
+      "not shown to act through the chain's biased rounding (a biased delta error was recorded, layer {} head {} from step {}, "
+      "but the chain lacks {}): the numerics may act another way, e.g. through the attention logits",
+      c2.layer_index, c2.head, c2.onset_step, lacking.empty() ? std::string("its order") : lacking);
+}
+}  // namespace
+
 void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
   if (c.run.healthy && !cmp.attributable) return;  // nothing failed and nothing to attribute: no question was open
   std::string answer;
@@ -164,11 +182,7 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
   }
   if (*cmp.attributable) {
     answer = fmt::format("the reference run {} decides: attributable to the attention numerics ({})", cmp.path, cmp.evidence);
-    if (!c.found && !c.bias_before_failure)
-      answer += std::string("; not through the chain's biased rounding (") +
-                (c.links[1].present ? "the biased delta error began after the failure" : "no biased delta error was recorded") +
-                "): the numerics act another way, "
-                "e.g. through the attention logits";
+    if (!c.found && !c.bias_before_failure) answer += "; " + other_way_than_the_chain(c);
   } else {
     answer = fmt::format("the reference run {} decides: not attributable to the attention numerics ({})", cmp.path, cmp.evidence);
   }

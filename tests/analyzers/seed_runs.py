@@ -92,6 +92,9 @@ def main():
         want = True if name == "seed-none-6e-3" else None
         check(f"{name} against fp32-6e-3: attributable {want} ({ref['evidence'][-120:]})",
               ref["attributable_to_attention_numerics"] is want and ref["failed"] is False)
+        # A degradation has no failure onset: no finding may place its bias "after the failure".
+        check(f"{name}: no finding puts the delta-error bias after a failure the run did not have",
+              not any("after the failure" in f for f in j["findings"]))
     j = analyze(lpdiag, f"{d}/fp32-6e-3.h5")
     check("fp32-6e-3: healthy, no warning (no logits recorded)", j["run"]["healthy"] and not j["run"]["warnings"])
     j = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3.h5", "--reference", f"{d}/gpt2-fp32-2e-3.h5")

@@ -121,6 +121,23 @@ TEST_CASE("reference: a decided comparison answers the open question in RUN's fi
   CHECK(u.findings[3].find("does not decide") != std::string::npos);
   CHECK_FALSE(u.decide.empty());
 
+  ChainResult f = run;  // failed, a biased delta error that began after the failure
+  f.links[1].present = true;
+  settle_with_reference(f, yes);
+  CHECK(f.findings[2].find("the biased delta error began after the failure") != std::string::npos);
+
+  // Healthy but degraded, with a biased delta error and no chain (session 14's seed/none at lr
+  // 6e-3): there is no failure for the bias to begin after; the bias is named with what is missing.
+  ChainResult g = with_verdict(true);
+  g.links[1].present = true;
+  g.links[1].layer_index = 1, g.links[1].head = 0, g.links[1].onset_step = 787;
+  g.missing_links = {"C3", "C4", "C5"};
+  settle_with_reference(g, ReferenceComparison{"ref.h5", false, true, "loss 12% above REF's", {}});
+  REQUIRE(g.findings.size() == 1);
+  CHECK(g.findings[0].find("after the failure") == std::string::npos);
+  CHECK(g.findings[0].find("layer 1 head 0 from step 787") != std::string::npos);
+  CHECK(g.findings[0].find("lacks C3, C4, C5") != std::string::npos);
+
   ChainResult h = with_verdict(true);  // healthy, nothing attributable: nothing added
   settle_with_reference(h, ReferenceComparison{"ref.h5", false, std::nullopt, "nothing failed", {}});
   CHECK(h.findings.empty());
