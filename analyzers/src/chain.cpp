@@ -118,6 +118,15 @@ BinnedTrace before_nonfinite(const BinnedTrace& t) {
   return u;
 }
 
+// The correlation's strength as Fisher's z over its bins: what the power estimate predicts.
+double fisher_z(const LagCorrelation& c) { return std::atanh(std::clamp(c.r, -0.999, 0.999)) * std::sqrt(std::max(0, c.n - 3)); }
+
+// How a test that did not reach p 0.01 reads: a positive correlation at p < 0.05 is weak evidence,
+// not none, and is said so rather than "does not".
+const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* none) {
+  return c.computed && c.r > 0 && c.p < 0.05 ? weak : none;
+}
+
 }  // namespace
 
 std::string deciding_run(const std::string& counterfactual) {
@@ -294,10 +303,11 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   const bool powered = expected_z >= 4;
   c.driving = covaries || powered ? "covariation" : "timing";
   if (!covaries && powered)
-    return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate does not vary with it (lagged rank correlation "
-                                "of the detrended series {:.2f}, p {:.2g}; a driven growth would show z {:.1f}): the growth is not "
+    return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate {} (lagged rank correlation of the detrended "
+                                "series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}): the growth is not "
                                 "shown to be driven by the bias",
-                                c.correlation.r, c.correlation.p, expected_z));
+                                weak_or_none(c.correlation, "varies with it only weakly", "does not vary with it"), c.correlation.r,
+                                c.correlation.p, fisher_z(c.correlation), expected_z));
   if (!covaries) {
     // Sparse `full` records (the delta error measured every few dozen steps) leave most bins
     // without a bias value: neither co-variation nor the correlation over the run can then be
@@ -326,7 +336,9 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     const LagCorrelation covariation = c.correlation;
     c.correlation = lagged_correlation(xz, y, std::max(1, t.bins / 20));
     if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
-      return no_chain(fmt::format("the bias does not track the growth rate (lagged rank correlation {:.2f}, p {:.2g})", c.correlation.r,
+      return no_chain(fmt::format("the bias {} (lagged rank correlation {:.2f}, p {:.2g}; a claim needs p < 0.01)",
+                                  weak_or_none(c.correlation, "tracks the growth rate only weakly", "does not track the growth rate"),
+                                  c.correlation.r,
                                   c.correlation.p));
     // In order, in one head, and correlated over the run: what a driven chain shows, and what
     // growth of another cause that starts after the bias shows too. Not a chain.

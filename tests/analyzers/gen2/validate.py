@@ -8,9 +8,12 @@ precision >= 0.95, recall >= 0.70, localization >= 0.95, run verdicts >= 0.95 ri
 error of the detected chains' links median <= 0.01 and max <= 0.10 of the trace length, >= 0.85
 of the null traces right (their unplanted link missing; no chain claimed for an undriven
 growth). Since session 15 a chain the trace cannot decide (a candidate, `chain.undecided`) is
-not a found chain: recall counts it as missed, and the summary line counts candidates apart."""
+not a found chain: recall counts it as missed, and the summary line counts candidates apart.
+Since session 21 a rejection of a planted chain may not say the bias "does not" track or drive
+the growth over a positive correlation at p < 0.05: that is weak evidence and reads as such."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,6 +24,19 @@ sys.path.insert(0, HERE)
 import make_traces  # noqa: E402
 
 
+def rejection_overstated(findings, tseed):
+    """1 when a chain rejection says the bias "does not" track or drive the growth while the
+    correlation it quotes is positive at p < 0.05 (weak evidence, to be called weak), else 0."""
+    for f in findings:
+        if not f.startswith("no causal chain:"):
+            continue
+        m = re.search(r"correlation (?:of the detrended series )?(-?[0-9.]+), p ([0-9.e+-]+)", f)
+        if m and "does not" in f and float(m.group(1)) > 0 and float(m.group(2)) < 0.05:
+            print(f"  trace seed {tseed}: rejection overstated: {f[:200]}")
+            return 1
+    return 0
+
+
 def main():
     lpdiag = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 120
@@ -29,7 +45,7 @@ def main():
     print(f"gen2 validation: seed {seed} (rerun with LPDIAG_GEN2_SEED={seed}), {count} traces"
           + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else ""), flush=True)
     tp = fp = fn = tn = loc_ok = 0
-    verdict_ok = nulls = nulls_ok = timing_only = timing_planted = 0
+    verdict_ok = nulls = nulls_ok = timing_only = timing_planted = wording_errors = 0
     errors = []
     with tempfile.TemporaryDirectory() as d:
         for i in range(count):
@@ -67,6 +83,7 @@ def main():
                         print(f"  trace seed {tseed}: {lid} onset {on}, planted {truth['onset_step'][k]} (error {errors[-1]:.3f})")
             elif planted:
                 fn += 1
+                wording_errors += rejection_overstated(j["findings"], tseed)
                 why = [x for x in j['findings'] if x.startswith('no causal chain') or x.startswith('candidate causal chain')]
                 print(f"  trace seed {tseed}: planted chain missed: {(why or j['findings'])[0][:220]}")
             elif found:
@@ -94,7 +111,8 @@ def main():
     print(f"gen2: tp {tp} fp {fp} fn {fn} tn {tn} | precision {precision:.3f} recall {recall:.3f} localization {loc:.3f} | "
           f"verdicts right {verdicts:.3f} | onset error / length median {med:.4f} max {worst:.4f} | nulls right {nulls_ok}/{nulls} | "
           f"undecided candidates {timing_only} ({timing_planted} of them planted chains, the rest undriven)")
-    ok = precision >= 0.95 and recall >= 0.70 and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
+    print(f"rejections worded 'does not' over a positive correlation at p < 0.05: {wording_errors} (must be 0)")
+    ok = wording_errors == 0 and precision >= 0.95 and recall >= 0.70 and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
     if delta_every > 1:
         # Sparse error statistics (session 20): recall is bounded by what the records can show
         # (0.333 and 0.375 at seeds 42 and 57 with every 25th record; 0.278 before C2's long
@@ -102,7 +120,7 @@ def main():
         # decide is reported as an undecided candidate, not rejected: at least half of the misses.
         undecided_share = timing_planted / max(1, fn)
         print(f"sparse errors: {timing_planted} of {fn} missed planted chains are undecided candidates ({undecided_share:.2f}; floor 0.5)")
-        ok = precision >= 0.95 and recall >= 0.25 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.10 and \
+        ok = wording_errors == 0 and precision >= 0.95 and recall >= 0.25 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.10 and \
             nulls_ok >= 0.85 * nulls and undecided_share >= 0.5
     print(f"targets (issue 16): precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
     print("PASS" if ok else "FAIL")
