@@ -29,7 +29,7 @@ __host__ __device__ constexpr int dkdv_smem_bytes() {
 }
 
 template <int D, bool Causal>
-__global__ void __launch_bounds__(kThreads, kBwdMinBlocks) seed_mma_dkdv_kernel(seed::BwdParams p) {
+__global__ void __launch_bounds__(kThreads, kBwdMinBlocks<D>) seed_mma_dkdv_kernel(seed::BwdParams p) {
   constexpr int QW = kChunkRows<D>();
   constexpr int NT = QW / 8, OT = D / 8, KC = D / 16;
   constexpr std::uint32_t kRowD = D * 2;
@@ -158,7 +158,7 @@ __host__ __device__ constexpr int dq_smem_bytes() {
 }
 
 template <int D, bool Causal>
-__global__ void __launch_bounds__(kThreads, kBwdMinBlocks) seed_mma_dq_kernel(seed::BwdParams p) {
+__global__ void __launch_bounds__(kThreads, kBwdMinBlocks<D>) seed_mma_dq_kernel(seed::BwdParams p) {
   constexpr int KW = kChunkRows<D>();
   constexpr int NT = KW / 8, OT = D / 8, KC = D / 16;
   constexpr std::uint32_t kRowD = D * 2;

@@ -18,7 +18,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockRows = kWarps * 16;  // rows of a block: 64
 
-// Blocks per SM the compiler must leave registers for (__launch_bounds__' second argument). The
+// Blocks per SM the compiler must leave registers for (__launch_bounds__' second argument), d = 64. The
 // kernels are latency-bound (ncu, session 21: 12-18% occupancy, issue slots 23-40% busy): at
 // 190-255 registers they fit 2 blocks per SM; capped at 168 for 3 (the backward with a few hundred
 // bytes of spills, the forward at d = 64 with none) the backward ran 18-20% faster at the GPT-2
@@ -30,8 +30,12 @@ constexpr int kBlockRows = kWarps * 16;  // rows of a block: 64
 #ifndef LPDIAG_SEED_MMA_BWD_MIN_BLOCKS
 #define LPDIAG_SEED_MMA_BWD_MIN_BLOCKS 3
 #endif
-constexpr int kFwdMinBlocks = LPDIAG_SEED_MMA_FWD_MIN_BLOCKS;
-constexpr int kBwdMinBlocks = LPDIAG_SEED_MMA_BWD_MIN_BLOCKS;
+// At d = 128 the cap would spill 64-600 bytes per thread and was not measured: those kernels keep
+// the compiler's choice (1).
+template <int D>
+constexpr int kFwdMinBlocks = D == 64 ? LPDIAG_SEED_MMA_FWD_MIN_BLOCKS : 1;
+template <int D>
+constexpr int kBwdMinBlocks = D == 64 ? LPDIAG_SEED_MMA_BWD_MIN_BLOCKS : 1;
 
 // Rows per streamed chunk: 64 at d = 64, 32 at d = 128 (the registers of the products' results).
 template <int D>

@@ -36,7 +36,7 @@ __device__ __forceinline__ ChunkPos next_chunk(ChunkPos x, int n_chunks, int T, 
 }
 
 template <int D, bool Causal, int Level>
-__global__ void __launch_bounds__(kThreads, kFwdMinBlocks) seed_mma_fwd_kernel(seed::FwdParams p) {
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks<D>) seed_mma_fwd_kernel(seed::FwdParams p) {
   constexpr int KW = kChunkRows<D>();
   constexpr int NT = KW / 8;  // S n-tiles per chunk
   constexpr int OT = D / 8;   // O n-tiles
