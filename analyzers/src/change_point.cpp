@@ -99,6 +99,7 @@ Fit best_fit(const Moments& m, int min_pre, int min_post, ShapeAt shape_at, bool
   Fit best;
   const int K = m.K();
   best.n = static_cast<int>(m.n[K]);
+  best.bins = K;
   double c0[3];
   best.sse_null = lsq3(m, nullptr, c0, drift);
   best.sse = INFINITY;
@@ -169,7 +170,10 @@ double effect_at(const Fit& f, int b) {
   return f.change * std::min(1.0, double(b - f.tau) / f.width);
 }
 
-double step_effect(const Fit& f) { return f.width < 0 ? f.change * std::max(0, f.n - 1 - f.tau) : f.change; }
+// Before session 21 a ramp's whole change counted, even one whose end lay past the data: a
+// repeated-max rate that rose 0.001 over the last 6 bins before a NaN was fitted with a 29-bin ramp
+// and reported as a step of 0.011 (gen2 seed 42041). A hinge counted bins with data (n), not bins.
+double step_effect(const Fit& f) { return effect_at(f, f.bins - 1); }
 
 
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign) {

@@ -24,6 +24,7 @@ struct Fit {
   double sse = 0;         // residual sum of squares of the best fit
   double sse_null = 0;    // residual sum of squares of the drift line alone
   int n = 0;              // bins with data
+  int bins = 0;           // bins of the series, with data or not
 };
 
 // Running median of the finite values in [b - w, b + w]; NaN where there are none.
@@ -38,7 +39,10 @@ double diff_noise_sd(const std::vector<double>& x);
 Fit fit_ramp(const std::vector<double>& x, int min_pre, int min_post, bool drift = true, double sign = 0);
 // The model's change at bin b over the pre-change trend.
 double effect_at(const Fit& f, int b);
-double step_effect(const Fit& f);  // the whole change (a hinge: at the last bin)
+// The change the model reaches by the series' last bin: a step's whole change; a ramp's share of
+// its change that fits before the end (a ramp fitted to the last few bins may be far from done);
+// a hinge's rise at the last bin.
+double step_effect(const Fit& f);
 // Walks back from f.tau to the first bin from which `x` (smoothed) stays at least `margin`
 // beyond the pre-change trend in the direction `sign` (+1 rise, -1 fall), up to tau.
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign);
