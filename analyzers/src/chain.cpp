@@ -129,6 +129,12 @@ const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* 
 
 }  // namespace
 
+std::string missing_links_text(const ChainResult& c) {
+  std::string m;
+  for (const auto& id : c.missing_links) m += (m.empty() ? "" : ", ") + id;
+  return m;
+}
+
 std::string deciding_run(const std::string& counterfactual) {
   return "the run that decides: the same config, seed and data order " + counterfactual +
          ", then `lpdiag analyze RUN.h5 --reference REF.h5`";
@@ -219,8 +225,6 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
 
   c.bias_before_failure = !c.run.healthy && c2.present && (!c5.present || c2.onset_bin <= c5.onset_bin + tol);
   if (!c.missing_links.empty()) {
-    std::string m;
-    for (const auto& id : c.missing_links) m += (m.empty() ? "" : ", ") + id;
     if (!c.run.healthy && !c2.present)
       c.findings.push_back("the failure is not explained by biased attention rounding: no biased delta error was recorded");
     else if (!c.run.healthy && !c.bias_before_failure)
@@ -231,7 +235,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
       c.findings.push_back("W_Q's spectral norm grew without the repeated-maxima trigger");
     else if (c2.present && !c4.present && c.run.healthy)
       c.findings.push_back("biased rounding is present but has not (yet) grown W_Q's spectral norm: an early warning");
-    return no_chain("missing " + m);
+    return no_chain("missing " + missing_links_text(c));
   }
 
   // Ordered onsets (slack `tol`: onsets that close are simultaneous).
@@ -309,28 +313,33 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                                 weak_or_none(c.correlation, "varies with it only weakly", "does not vary with it"), c.correlation.r,
                                 c.correlation.p, fisher_z(c.correlation), expected_z));
   if (!covaries) {
+    // A candidate in c2's head: undecided for `why` (a sentence ending the finding), decided by
+    // the run `deciding` names.
+    auto candidate = [&](const std::string& why, const std::string& deciding) {
+      c.undecided = true;
+      c.layer_index = c2.layer_index;
+      c.head = c2.head;
+      c.decide = deciding;
+      c.findings.push_back(fmt::format("candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, {}",
+                                       c.layer_index, c.head, why));
+      c.open_finding = static_cast<int>(c.findings.size());
+      c.findings.push_back("whether the attention numerics drive this growth is open; " + deciding);
+      return c;
+    };
     // Sparse `full` records (the delta error measured every few dozen steps) leave most bins
     // without a bias value: neither co-variation nor the correlation over the run can then be
     // tested, so the candidate is undecided for that reason, not rejected (gen2 with the errors
     // on every 25th record: most planted chains ended as "the bias does not track the growth
     // rate" before, docs/ANALYZERS.md).
-    int valued = 0, since = 0;
-    for (int b = std::max(0, c4.onset_bin); b < t.bins; ++b, ++since) valued += t.at(slot, c2.head, b).d_count >= 2;
-    if (2 * valued < since) {
-      c.undecided = true;
-      c.layer_index = c2.layer_index;
-      c.head = c2.head;
-      c.decide = deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
-                              "--attention sdpa-fp32)");
-      c.findings.push_back(fmt::format(
-          "candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, but the delta "
-          "error was recorded in only {} of the {} bins since W_Q began to grow, too few to test whether the bias drives the growth",
-          c.layer_index, c.head, valued, since));
-      c.open_finding = static_cast<int>(c.findings.size());
-      c.findings.push_back("whether the attention numerics drive this growth is open; " + c.decide);
-      return c;
-    }
     const auto dz = delta_z(t, slot, c2.head);
+    const int from = std::max(0, c4.onset_bin), since = t.bins - from;
+    const int valued = static_cast<int>(tools::finite_values(dz, from, t.bins).size());
+    if (2 * valued < since)
+      return candidate(fmt::format("but the delta error was recorded in only {} of the {} bins since W_Q began to grow, too few to "
+                                   "test whether the bias drives the growth",
+                                   valued, since),
+                       deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
+                                    "--attention sdpa-fp32)"));
     std::vector<double> xz(dz.size());
     for (std::size_t b = 0; b < dz.size(); ++b) xz[b] = sign * dz[b];
     const LagCorrelation covariation = c.correlation;
@@ -338,23 +347,15 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
       return no_chain(fmt::format("the bias {} (lagged rank correlation {:.2f}, p {:.2g}; a claim needs p < 0.01)",
                                   weak_or_none(c.correlation, "tracks the growth rate only weakly", "does not track the growth rate"),
-                                  c.correlation.r,
-                                  c.correlation.p));
+                                  c.correlation.r, c.correlation.p));
     // In order, in one head, and correlated over the run: what a driven chain shows, and what
     // growth of another cause that starts after the bias shows too. Not a chain.
-    c.undecided = true;
-    c.layer_index = c2.layer_index;
-    c.head = c2.head;
-    c.decide = decide;
-    c.findings.push_back(fmt::format(
-        "candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, and the bias "
-        "correlates with the growth rate over the run (r {:.2f}, p {:.2g}), but order and that correlation are what growth of any "
-        "cause that starts after the bias shows too; whether the growth rate rises and falls with the bias could not be tested "
-        "({} bins while W_Q grows; a driven growth would show z {:.1f} there, r {:.2f} seen)",
-        c.layer_index, c.head, c.correlation.r, c.correlation.p, covariation.n, expected_z, covariation.r));
-    c.open_finding = static_cast<int>(c.findings.size());
-    c.findings.push_back("whether the attention numerics drive this growth is open; " + decide);
-    return c;
+    return candidate(fmt::format("and the bias correlates with the growth rate over the run (r {:.2f}, p {:.2g}), but order and that "
+                                 "correlation are what growth of any cause that starts after the bias shows too; whether the growth "
+                                 "rate rises and falls with the bias could not be tested ({} bins while W_Q grows; a driven growth "
+                                 "would show z {:.1f} there, r {:.2f} seen)",
+                                 c.correlation.r, c.correlation.p, covariation.n, expected_z, covariation.r),
+                     decide);
   }
   c.found = true;
   c.layer_index = c2.layer_index;

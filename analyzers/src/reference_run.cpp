@@ -163,8 +163,7 @@ std::string other_way_than_the_chain(const ChainResult& c) {
   const std::string tail = ": the numerics act another way, e.g. through the attention logits";
   if (!c2.present) return "not through the chain's biased rounding (no biased delta error was recorded)" + tail;
   if (!c.run.healthy) return "not through the chain's biased rounding (the biased delta error began after the failure)" + tail;
-  std::string lacking;
-  for (const auto& id : c.missing_links) lacking += (lacking.empty() ? "" : ", ") + id;
+  const std::string lacking = missing_links_text(c);
   return fmt::format(
       "not shown to act through the chain's biased rounding (a biased delta error was recorded, layer {} head {} from step {}, "
       "but the chain lacks {}): the numerics may act another way, e.g. through the attention logits",

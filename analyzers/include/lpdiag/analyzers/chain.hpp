@@ -50,6 +50,9 @@ struct ChainResult {
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);
 
+// The ids of the links the chain lacks, ", "-joined ("C3, C4, C5"); "" when none is missing.
+std::string missing_links_text(const ChainResult& c);
+
 // The counterfactual the chain asks for by default: fp32 attention, or the fix.
 inline constexpr const char* kFp32OrFix = "with fp32 attention (gpt2_train --attention sdpa-fp32) or with the fix (--fix safe)";
 // "the run that decides: the same config, seed and data order <counterfactual>, then `lpdiag
