@@ -19,6 +19,7 @@
 // with N not a multiple of 64, d = 64 and 128, query tiles 64 and 128. Exits 77 without a device.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <random>
@@ -84,15 +85,19 @@ ProbeCase gaussian(std::uint64_t seed, bool causal, std::int64_t d, std::int64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --small: a few small cases, for the sanitizers.
+  // --small: a few small cases, for the sanitizers. --from N: skip the first N cases of the list
+  // (the rest of a run that a time limit cut; the list's order does not depend on the fresh seed).
   bool small = false;
+  long from = 0;
   Policy policy = Policy::seed;
   for (int a = 1; a < argc; ++a) {
-    if (std::string(argv[a]) == "--small") small = true;
-    else policy = parse_policy(argv[a]);
+    const std::string arg = argv[a];
+    if (arg == "--small") small = true;
+    else if (arg == "--from" && a + 1 < argc) from = std::strtol(argv[++a], nullptr, 10);
+    else policy = parse_policy(arg);
   }
-  if (policy != Policy::seed && policy != Policy::seed_mma && policy != Policy::fp32) {
-    std::fprintf(stderr, "usage: test_seed_cuda [seed|seed-mma|fp32] [--small]\n");
+  if ((policy != Policy::seed && policy != Policy::seed_mma && policy != Policy::fp32) || from < 0) {
+    std::fprintf(stderr, "usage: test_seed_cuda [seed|seed-mma|fp32] [--small] [--from N]\n");
     return 2;
   }
   if (cuda::device_count() == 0) {
@@ -132,6 +137,9 @@ int main(int argc, char** argv) {
     for (std::int64_t d : {64, 128})
       for (int tq : {64, 128})
         if (!small) add(gaussian(fresh + d + tq, causal, d), "none", 128, tq, "fresh");
+  const std::size_t total = cases.size();
+  cases.erase(cases.begin(), cases.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(from, total)));
+  if (from > 0) std::printf("cases %ld..%zu of %zu (--from %ld)\n", from + 1, total, total, from);
   for (auto& c : cases)
     c.cpu = std::async(std::launch::async, [&c] {
       const AttentionInputs in{c.pc.q.data(), c.pc.k.data(), c.pc.v.data(), c.pc.dout.data(), c.pc.B, c.pc.H, c.pc.N, c.pc.d};
