@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "change_point.hpp"
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
@@ -196,14 +197,22 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     if (l.present) c.findings.push_back(fmt::format("{} {} from step {}: {}", l.id, l.name, l.onset_step, l.evidence));
     else c.findings.push_back(fmt::format("{} {} not found: {}", l.id, l.name, l.evidence));
 
-  const double g_all = global_growth(t);
-  if (!c4.present && std::isfinite(g_all) && g_all >= 2.0)
-    c.findings.push_back(fmt::format("sigma_1 of W_Q grew in all heads alike (median head {:.1f}x): growth that is not localized, as a "
-                                     "too-high learning rate makes it, is not the rounding path",
-                                     g_all));
   // Onsets within a twentieth of the run (at least one bin) are together: that is the accuracy
   // an onset is found to on ramps of any shape (docs/ANALYZERS.md), so no order can be read.
   const int tol = std::max(1, t.bins / 20);
+  // Growth shared by every head, where no head outgrew the others before the run failed (a head
+  // that goes on growing once the failure has begun, as in the lr-0.05 runs of docs/REAL_RUNS.md,
+  // does not make the failure's growth localized).
+  const double g_all = global_growth(t);
+  const bool c4_after_failure = c4.present && !c.run.healthy && c4.onset_bin > c.run.failure.onset_bin + tol;
+  if ((!c4.present || c4_after_failure) && std::isfinite(g_all) && g_all >= 2.0)
+    c.findings.push_back(fmt::format("sigma_1 of W_Q grew in all heads alike (median head {:.1f}x): growth that is not localized, as a "
+                                     "too-high learning rate makes it, is not the rounding path{}",
+                                     g_all,
+                                     c4_after_failure ? fmt::format("; the head that outgrew the others (layer {} head {}) began to at step {}, "
+                                                                    "after the failure had begun (step {})",
+                                                                    c4.layer_index, c4.head, c4.onset_step, c.run.failure.onset_step)
+                                                      : std::string()));
   if (c1.present && c2.present && c4.present) {
     const int lo = std::min({c1.onset_bin, c2.onset_bin, c4.onset_bin}), hi = std::max({c1.onset_bin, c2.onset_bin, c4.onset_bin});
     if (hi - lo <= tol) {
@@ -238,12 +247,38 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     return no_chain("missing " + missing_links_text(c));
   }
 
-  // Ordered onsets (slack `tol`: onsets that close are simultaneous).
-  const std::array<const LinkResult*, 5> ls = {&c1, &c2, &c3, &c4, &c5};
-  for (int i = 0; i + 1 < 5; ++i)
-    if (ls[i]->onset_bin > ls[i + 1]->onset_bin + tol)
-      return no_chain(fmt::format("{} starts at step {}, after {} at step {}", ls[i]->id, ls[i]->onset_step, ls[i + 1]->id,
-                                  ls[i + 1]->onset_step));
+  // Ordered onsets (slack `tol`: onsets that close are simultaneous): each cause before its
+  // effect. Two pairs are read as what their measurements can show:
+  //  - C1 is a step up of a rate, and repeated maxima occur at some rate in any run (2-6% of a
+  //    head's rows on the H200 GPT-2 runs). The bias needs the trigger present, not stepping up:
+  //    a trigger whose rate at the bias's onset was already beyond C1's own margin (6 noise s.d.,
+  //    at least half a point) precedes it, whenever its step up came.
+  //  - C3 is measured on the whole layer's W_Q update, C4 on one head: a head's aligned update
+  //    shows in its layer's concentration only once it dominates the layer, after that head's
+  //    sigma_1 has begun to grow. C3 must follow the bias and precede the failure; against C4 it
+  //    sets no order.
+  auto after = [&](const LinkResult& a, const LinkResult& b) { return a.onset_bin > b.onset_bin + tol; };
+  auto out_of_order = [&](const LinkResult& a, const LinkResult& b) {
+    return no_chain(fmt::format("{} starts at step {}, after {} at step {}", a.id, a.onset_step, b.id, b.onset_step));
+  };
+  if (after(c1, c2)) {
+    const int w = std::max(1, tol);
+    const auto before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
+    const double rate = before_bias.empty() ? tools::nan() : tools::median(before_bias);
+    const double margin = std::max(6 * cp::diff_noise_sd(c1.series), 0.005);
+    if (!(rate >= margin)) return out_of_order(c1, c2);
+    c.findings.push_back(fmt::format("the trigger was present before the bias began: a repeated-max row rate of {:.4f} in layer {} head {} "
+                                     "at step {} (C1's margin {:.4f}), which stepped up further at step {}",
+                                     rate, c1.layer_index, c1.head, c2.onset_step, margin, c1.onset_step));
+  }
+  if (after(c2, c3)) return out_of_order(c2, c3);
+  if (after(c2, c4)) return out_of_order(c2, c4);
+  if (after(c3, c5)) return out_of_order(c3, c5);
+  if (after(c4, c5)) return out_of_order(c4, c5);
+  if (after(c3, c4))
+    c.findings.push_back(fmt::format("C3's onset (step {}, the layer's whole W_Q update) follows C4's (step {}, one head's sigma_1): "
+                                     "a head's aligned update shows in its layer's statistics once it dominates them",
+                                     c3.onset_step, c4.onset_step));
   // One localization.
   if (!(c1.layer_index == c2.layer_index && c2.layer_index == c3.layer_index && c3.layer_index == c4.layer_index) ||
       !(c1.head == c2.head && (c4.head < 0 || c4.head == c2.head)))
@@ -306,6 +341,38 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   const bool covaries = c.correlation.computed && c.correlation.r > 0 && c.correlation.p < 1e-2;
   const bool powered = expected_z >= 4;
   c.driving = covaries || powered ? "covariation" : "timing";
+  // A candidate in c2's head: undecided for `why` (a sentence ending the finding), decided by
+  // the run `deciding` names.
+  auto candidate = [&](const std::string& why, const std::string& deciding) {
+    c.undecided = true;
+    c.layer_index = c2.layer_index;
+    c.head = c2.head;
+    c.decide = deciding;
+    c.findings.push_back(fmt::format("candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, {}",
+                                     c.layer_index, c.head, why));
+    c.open_finding = static_cast<int>(c.findings.size());
+    c.findings.push_back("whether the attention numerics drive this growth is open; " + deciding);
+    return c;
+  };
+  // Sparse `full` records (the delta error measured every few dozen steps) leave most bins
+  // without a bias value: neither co-variation nor the correlation over the run can then be
+  // tested, so the candidate is undecided for that reason, not rejected (gen2 with the errors
+  // on every 25th record: most planted chains ended as "the bias does not track the growth
+  // rate" before, docs/ANALYZERS.md).
+  const auto dz = delta_z(t, slot, c2.head);
+  const int from = std::max(0, c4.onset_bin), since = t.bins - from;
+  const int valued = static_cast<int>(tools::finite_values(dz, from, t.bins).size());
+  // Before the power estimate: that estimate takes a bin's one recorded step for the bias of
+  // all the steps whose growth the bin holds, which sparse records do not show (session 22's
+  // GPT-2-small run, the delta error every 5th bin: "powered" at z 7.8 on 15 bins).
+  if (!covaries && 2 * valued < since) {
+    c.driving = "timing";
+    return candidate(fmt::format("but the delta error was recorded in only {} of the {} bins since W_Q began to grow, too few to "
+                                 "test whether the bias drives the growth",
+                                 valued, since),
+                     deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
+                                  "--attention sdpa-fp32)"));
+  }
   if (!covaries && powered)
     return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate {} (lagged rank correlation of the detrended "
                                 "series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}): the growth is not "
@@ -313,33 +380,6 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                                 weak_or_none(c.correlation, "varies with it only weakly", "does not vary with it"), c.correlation.r,
                                 c.correlation.p, fisher_z(c.correlation), expected_z));
   if (!covaries) {
-    // A candidate in c2's head: undecided for `why` (a sentence ending the finding), decided by
-    // the run `deciding` names.
-    auto candidate = [&](const std::string& why, const std::string& deciding) {
-      c.undecided = true;
-      c.layer_index = c2.layer_index;
-      c.head = c2.head;
-      c.decide = deciding;
-      c.findings.push_back(fmt::format("candidate causal chain at layer {} head {}, undecided: every link is present, in order and in this head, {}",
-                                       c.layer_index, c.head, why));
-      c.open_finding = static_cast<int>(c.findings.size());
-      c.findings.push_back("whether the attention numerics drive this growth is open; " + deciding);
-      return c;
-    };
-    // Sparse `full` records (the delta error measured every few dozen steps) leave most bins
-    // without a bias value: neither co-variation nor the correlation over the run can then be
-    // tested, so the candidate is undecided for that reason, not rejected (gen2 with the errors
-    // on every 25th record: most planted chains ended as "the bias does not track the growth
-    // rate" before, docs/ANALYZERS.md).
-    const auto dz = delta_z(t, slot, c2.head);
-    const int from = std::max(0, c4.onset_bin), since = t.bins - from;
-    const int valued = static_cast<int>(tools::finite_values(dz, from, t.bins).size());
-    if (2 * valued < since)
-      return candidate(fmt::format("but the delta error was recorded in only {} of the {} bins since W_Q began to grow, too few to "
-                                   "test whether the bias drives the growth",
-                                   valued, since),
-                       deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
-                                    "--attention sdpa-fp32)"));
     std::vector<double> xz(dz.size());
     for (std::size_t b = 0; b < dz.size(); ++b) xz[b] = sign * dz[b];
     const LagCorrelation covariation = c.correlation;

@@ -187,7 +187,7 @@ int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, d
   return onset;
 }
 
-Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change) {
+Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change, bool on_mean) {
   Rise r;
   const int K = static_cast<int>(x.size());
   if (tools::finite_values(x, 0, K).size() < 6) return r;
@@ -196,7 +196,8 @@ Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_c
   const Fit f = fit_ramp(xs, 2, min_post, false, +1);
   if (!f.ok) return r;
   r.noise = diff_noise_sd(x);
-  r.margin = std::max(noise_sds * r.noise, min_change);
+  const double after = on_mean ? static_cast<double>(tools::finite_values(x, std::max(0, f.tau), K).size()) : 1.0;
+  r.margin = std::max(noise_sds * r.noise / std::sqrt(std::max(1.0, after)), min_change);
   r.d = step_effect(f);
   // A step in the first bins: the smoothing window reaches across it, so the few smoothed bins
   // before it carry part of the step and the fitted level before it is too high (gen2 seed 31058:

@@ -49,13 +49,16 @@ int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, d
 
 // A sustained rise of a rate-like series (no drift term): a step or ramp up of at least
 // max(noise_sds noise s.d., min_change), with >= 70% of the bins after it above half the fitted
-// change; onset walked back to where the series leaves its level.
+// change; onset walked back to where the series leaves its level. With `on_mean`, the noise is
+// that of the mean level after the change (the bin noise over the root of the bins from the fitted
+// change to the end): for per-record statistics whose bins scatter widely around a level that
+// moves clearly (a singular-vector similarity: bin noise ~0.1 on the H200 runs).
 struct Rise {
   bool ok = false;
   int onset = -1;
   double before = 0, after = 0;  // the level at the onset, the mean from the change on
   double d = 0, margin = 0, noise = 0;
 };
-Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change);
+Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change, bool on_mean = false);
 
 }  // namespace lpdiag::analysis::cp

@@ -125,7 +125,7 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     r.attributable = true;
     r.evidence = both + ": the same run with other attention numerics did not fail" +
                  (std::isfinite(a_loss) && std::isfinite(b_loss)
-                      ? fmt::format(" (final loss {:.4g} against {:.4g})", a_loss, b_loss)
+                      ? fmt::format(" (loss, the median of the last tenth of the steps: {:.4g} against {:.4g}{})", a_loss, b_loss, at)
                       : std::string()) +
                  cfg;
     return r;
@@ -179,7 +179,19 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
     c.findings.push_back(answer);
     return;
   }
-  if (*cmp.attributable) {
+  if (*cmp.attributable && c.undecided && !c.run.healthy) {
+    // A candidate (every link present, in order, in one head; what drives the growth untestable
+    // in the trace) whose run failed while the same run with other attention numerics did not:
+    // the counterfactual is the evidence the trace lacked.
+    c.found = true;
+    c.undecided = false;
+    c.driving = "reference";
+    c.confidence = 1.0;
+    for (const auto& l : c.links) c.confidence = std::min(c.confidence, l.confidence);
+    answer = fmt::format("causal chain at layer {} head {}, decided by the reference run {}: every link is present, in order and in "
+                         "this head, and the failure is attributable to the attention numerics ({})",
+                         c.layer_index, c.head, cmp.path, cmp.evidence);
+  } else if (*cmp.attributable) {
     answer = fmt::format("the reference run {} decides: attributable to the attention numerics ({})", cmp.path, cmp.evidence);
     if (!c.found && !c.bias_before_failure) answer += "; " + other_way_than_the_chain(c);
   } else {

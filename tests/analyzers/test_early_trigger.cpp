@@ -57,7 +57,7 @@ TEST_CASE("a trigger in the first 1% of the run is found at its onset; an early 
   std::printf("early steps found: %d of 20\n", found);
   CHECK(found >= 16);
   // The same rise within the first 1%, gone again by 15% of the run: a transient, as the early
-  // repeated maxima of a real GPT-2 run (layer 1 head 10 of tests/fixtures/seed/gpt2-seedmma-none-1e-3).
+  // repeated maxima of a real GPT-2 run (layer 1 head 10 of session 17's GPT-2 seed-mma/none run at lr 1e-3, docs/REPRODUCTION.md).
   const auto bump = trigger_of("bump.h5", seed + 1, 1024, [](int r) { return r < 8 ? 0.003 : r < 200 ? 0.04 : 0.004; });
   CHECK_FALSE(bump.present);
 }

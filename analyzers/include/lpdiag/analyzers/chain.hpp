@@ -40,7 +40,9 @@ struct ChainResult {
   bool bias_before_failure = false;
   // How "bias drives growth" was judged: "covariation" (the growth rate rose and fell with a
   // varying bias, or a test with the power saw it did not), "timing" (the test lacked the power:
-  // only order and whole-run correlation, so undecided), or "" when the chain failed before.
+  // only order and whole-run correlation, so undecided), "reference" (an undecided candidate
+  // whose failure a counterfactual reference run attributes to the attention numerics:
+  // settle_with_reference), or "" when the chain failed before.
   std::string driving;
   std::string decide;                      // the counterfactual run that would decide, if any
   // Index in `findings` of the question only a counterfactual run answers (caused by the
