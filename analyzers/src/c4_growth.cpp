@@ -140,7 +140,20 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     if (corrected && !(rises[i] - rise_med > 6 * rise_sd) && !stands_out_since(growth, f.tau)) continue;  // not singled out
     if (growth <= best_growth) continue;
     best_growth = growth;
-    const int onset = cp::walk_back_onset(es, f, std::max(3 * noise / std::sqrt(2.0 * smooth + 1), std::max(std::log(1.02), growth / 25)), +1);
+    const double margin = std::max(3 * noise / std::sqrt(2.0 * smooth + 1), std::max(std::log(1.02), growth / 25));
+    int onset = cp::walk_back_onset(es, f, margin, +1);
+    // Not back past where the series sat at its level just before the change: the drift line
+    // fitted to a head that rose early and then levelled off (heads part in the first thousand
+    // steps) lies below that plateau, and the walk back along it would reach into the parting
+    // (test_late_growth: onsets at 25-45% of the run for growth from 90%). Only where the walk
+    // went back past the bins that set that level: nearer walks are the ramp's own start (on gen2
+    // the clamp everywhere moved onsets later and lost a planted chain of seed 57).
+    if (std::isfinite(pre) && onset < f.tau - n_end)
+      for (int b = f.tau - 1; b >= onset; --b)
+        if (std::isfinite(es[b]) && es[b] < pre + margin) {
+          onset = b + 1;
+          break;
+        }
     const Series& s = all[i];
     std::vector<double> sigma(s.y.size(), tools::nan());
     for (std::size_t b = 0; b < sigma.size(); ++b)

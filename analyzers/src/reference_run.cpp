@@ -196,6 +196,10 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
     if (!c.found && !c.bias_before_failure) answer += "; " + other_way_than_the_chain(c);
   } else {
     answer = fmt::format("the reference run {} decides: not attributable to the attention numerics ({})", cmp.path, cmp.evidence);
+    if (c.undecided) {  // the same failure with other numerics: the candidate is not the failure's cause
+      c.undecided = false;
+      answer += fmt::format("; so the candidate at layer {} head {} is no causal chain", c.layer_index, c.head);
+    }
   }
   c.decide.clear();
   if (c.open_finding >= 0 && c.open_finding < static_cast<int>(c.findings.size()))

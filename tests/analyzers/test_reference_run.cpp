@@ -138,6 +138,33 @@ TEST_CASE("reference: a decided comparison answers the open question in RUN's fi
   CHECK(g.findings[0].find("layer 1 head 0 from step 787") != std::string::npos);
   CHECK(g.findings[0].find("lacks C3, C4, C5") != std::string::npos);
 
+  // A failed run's undecided candidate (every link, in order, in one head; the drive untestable
+  // in the trace, as session 22's GPT-2-small seed-mma/none with its sparse delta records): a
+  // reference that did not fail decides it a chain, one that failed alike decides it none.
+  ChainResult cand = run;
+  cand.undecided = true;
+  cand.layer_index = 2, cand.head = 7;
+  for (auto& l : cand.links) l.present = true, l.confidence = 0.5;
+  cand.links[4].confidence = 0.2;
+  cand.missing_links.clear();
+  ChainResult decided = cand;
+  settle_with_reference(decided, yes);
+  CHECK(decided.found);
+  CHECK_FALSE(decided.undecided);
+  CHECK(decided.driving == "reference");
+  CHECK(decided.confidence == 0.2);  // the weakest link's
+  CHECK(decided.findings[2].find("causal chain at layer 2 head 7, decided by the reference run ref.h5") != std::string::npos);
+  CHECK(decided.decide.empty());
+  ChainResult refused = cand;
+  settle_with_reference(refused, ReferenceComparison{"ref.h5", true, false, "fails alike", {}});
+  CHECK_FALSE(refused.found);
+  CHECK_FALSE(refused.undecided);
+  CHECK(refused.findings[2].find("the candidate at layer 2 head 7 is no causal chain") != std::string::npos);
+  ChainResult open = cand;
+  settle_with_reference(open, ReferenceComparison{"ref.h5", false, std::nullopt, "REF stopped learning too", {}});
+  CHECK(open.undecided);
+  CHECK_FALSE(open.found);
+
   ChainResult h = with_verdict(true);  // healthy, nothing attributable: nothing added
   settle_with_reference(h, ReferenceComparison{"ref.h5", false, std::nullopt, "nothing failed", {}});
   CHECK(h.findings.empty());
