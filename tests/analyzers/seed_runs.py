@@ -84,6 +84,10 @@ def check_gpt2_failure_at_1e_3(lpdiag, d, check):
     check(f"{name} against gpt2-fp32-1e-3-5k: a causal chain at layer 2 head 7, decided by the reference",
           chain["found"] and not chain["undecided"] and (chain["layer_index"], chain["head"]) == (2, 7)
           and j["driving_evidence"] == "reference" and any("decided by the reference run" in f for f in j["findings"]))
+    text = subprocess.run([lpdiag, "analyze", f"{d}/{name}.h5", "--reference", f"{d}/gpt2-fp32-1e-3-5k.h5"], capture_output=True,
+                          text=True).stdout
+    check(f"{name} against gpt2-fp32-1e-3-5k: the headline names the chain and what decided it",
+          "CAUSAL CHAIN at layer 2, head 7 (confidence" in text and "decided by the reference run)" in text)
 
 
 def main():

@@ -28,7 +28,8 @@ void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
   else std::cout << fmt::format("RUN FAILED: {} from step {}\n  {}\n", c.run.failure.kind, c.run.failure.onset_step, c.run.failure.evidence);
   for (const auto& w : c.run.warnings) std::cout << fmt::format("  warning: {} from step {}: {}\n", w.kind, w.onset_step, w.evidence);
   if (c.found)
-    std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f})\n", c.layer_index, c.head, c.confidence);
+    std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f}{})\n", c.layer_index, c.head, c.confidence,
+                             c.driving == "reference" ? "; decided by the reference run" : "");
   else if (c.undecided)
     std::cout << fmt::format("CANDIDATE CHAIN at layer {}, head {}: undecided (the trace cannot show that the bias drives the growth)\n",
                              c.layer_index, c.head);

@@ -130,7 +130,8 @@ int run_report(const ReportArgs& a) {
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
   for (const auto& w : c.run.warnings)
     html += fmt::format("<p class=\"open\"><b>Warning</b>: {} from step {}: {}</p>", html_escape(w.kind), w.onset_step, html_escape(w.evidence));
-  html += c.found       ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f})</h3>", c.layer_index, c.head, c.confidence)
+  html += c.found       ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f}{})</h3>", c.layer_index, c.head,
+                                      c.confidence, c.driving == "reference" ? "; decided by the reference run" : "")
           : c.undecided ? fmt::format("<h3 class=\"open\">Candidate causal chain at layer {}, head {}: undecided</h3><p>{}</p>", c.layer_index,
                                       c.head, html_escape("the trace cannot show that the bias drives the growth; " + c.decide))
                   : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
