@@ -16,7 +16,12 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
 - failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion;
 - optionally (delta_every > 1, validate.py's LPDIAG_GEN2_DELTA_EVERY) O and delta errors on every
   delta_every-th record only, unmeasured (-1 / NaN) between, as a run at `--full-every` records
-  them; the rest of the trace and the random draws are the same as with delta_every = 1.
+  them; the rest of the trace and the random draws are the same as with delta_every = 1;
+- optionally (real_like, validate.py's LPDIAG_GEN2_REAL_LIKE=1) two features of the H200 GPT-2
+  runs (docs/REPRODUCTION.md, session 22): the heads part early (each head's sigma_1 rises by its
+  own factor, up to 4.5x, over the first 3-15% of the run, then levels off) and repeated maxima
+  occur at a baseline of 0.5-6% of every head's rows; drawn from a second random stream, so the
+  rest of the trace is the same as without.
 
    make_traces.py OUT_DIR SEED COUNT   writes COUNT traces gen2_<seed>_<i>.h5 plus truth.json
 """
@@ -49,8 +54,9 @@ def ramp(rng, n, start, width, shape):
     return u  # linear
 
 
-def write_trace(path, seed, kind, delta_every=1):
+def write_trace(path, seed, kind, delta_every=1, real_like=False):
     rng = np.random.default_rng(seed)
+    rng_real = np.random.default_rng([seed, 22])  # real_like's draws, apart from the rest
     L = int(rng.integers(2, 7))
     H = int(rng.integers(2, 13))
     T = int(rng.integers(800, 4001))
@@ -148,10 +154,16 @@ def write_trace(path, seed, kind, delta_every=1):
         upto = on[4] if on[4] > on[3] else T
         inc *= growth / max(inc[:upto].sum(), 1e-12)
         log_sig[:, pl, ph] += np.cumsum(inc)
+    if real_like:  # the heads part early, each by its own factor, and level off
+        part = rng_real.uniform(0.0, math.log(4.5), size=(L, H))
+        tau0 = rng_real.uniform(0.01, 0.05)
+        log_sig += (1 - np.exp(-f / tau0))[:, None, None] * part[None, :, :]
     log_sig += t_noise(rng, log_sig.shape, 0.004)
     sig = np.exp(log_sig)
 
     p0 = rng.uniform(0.0005, 0.004, size=(L, H))
+    if real_like:  # repeated maxima at a real run's baseline
+        p0 = rng_real.uniform(0.005, 0.06, size=(L, H))
     p_drift = rng.uniform(0.0, 0.5)
     a1 = rng.uniform(0.03, 0.2)
     logit0 = rng.uniform(3, 8, size=(L, H))

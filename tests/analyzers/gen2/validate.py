@@ -42,8 +42,10 @@ def main():
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 120
     seed = int(os.environ.get("LPDIAG_GEN2_SEED", str(int(time.time()) % 100000)))
     delta_every = int(os.environ.get("LPDIAG_GEN2_DELTA_EVERY", "1"))
+    real_like = os.environ.get("LPDIAG_GEN2_REAL_LIKE", "0") == "1"
     print(f"gen2 validation: seed {seed} (rerun with LPDIAG_GEN2_SEED={seed}), {count} traces"
-          + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else ""), flush=True)
+          + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else "")
+          + (", heads parting early and a 0.5-6% trigger baseline (real-like)" if real_like else ""), flush=True)
     tp = fp = fn = tn = loc_ok = 0
     verdict_ok = nulls = nulls_ok = timing_only = timing_planted = wording_errors = 0
     errors = []
@@ -51,7 +53,7 @@ def main():
         for i in range(count):
             kind = make_traces.KINDS[i % len(make_traces.KINDS)]
             tseed = seed * 1000 + i
-            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind, delta_every)
+            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind, delta_every, real_like)
             out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/t{i}.h5"], capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"  trace seed {tseed} ({kind}): analyze exit {out.returncode}: {out.stderr.strip()[:300]}")
