@@ -7,7 +7,7 @@
 
 namespace lpdiag::analysis {
 
-LinkResult analyze_trigger(const BinnedTrace& t) {
+LinkResult analyze_trigger(const BinnedTrace& t, std::int64_t only_layer, std::int64_t only_head) {
   LinkResult best;
   best.id = "C1";
   best.name = "trigger (repeated maxima)";
@@ -16,6 +16,7 @@ LinkResult analyze_trigger(const BinnedTrace& t) {
   std::string seen = "no attention counters in the trace";
   for (std::size_t l = 0; l < t.layers.size(); ++l)
     for (std::int64_t h = 0; h < t.heads; ++h) {
+      if ((only_layer >= 0 && t.layers[l] != only_layer) || (only_head >= 0 && h != only_head)) continue;
       const auto r = repeated_rate(t, l, h);
       if (tools::finite_values(r, 0, K).size() < 6) continue;
       seen = "no (layer, head) whose repeated-max rate stepped up by max(6 noise s.d., 0.5 pct points) over its trend";

@@ -145,6 +145,20 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   ChainResult c;
   const BinnedTrace t = before_nonfinite(full);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
+  // The strongest trigger may sit in another head than the growth: a run can have several heads
+  // with repeated maxima and a biased delta error (the GPT-2-small failure of docs/REPRODUCTION.md,
+  // session 22: layer 2 heads 1 and 7), and which one steps up most decides nothing. The chain
+  // ends in the head that grew, so where W_Q's growth singles out a head, the trigger is asked
+  // there too, by the same rule; found there, it is the chain's.
+  if (c.links[3].present && c.links[3].head >= 0 && c.links[0].present &&
+      (c.links[0].layer_index != c.links[3].layer_index || c.links[0].head != c.links[3].head)) {
+    LinkResult at_growth = analyze_trigger(t, c.links[3].layer_index, c.links[3].head);
+    if (at_growth.present) {
+      at_growth.evidence += fmt::format(" (at the growth's head; the strongest trigger is at layer {} head {})", c.links[0].layer_index,
+                                        c.links[0].head);
+      c.links[0] = at_growth;
+    }
+  }
   // The strongest bias may sit in another head than the trigger (heavy-tailed noise, or a
   // second biased head): the chain is about the trigger's head, so ask there too, at the same
   // threshold as the full search.

@@ -25,7 +25,9 @@ struct LinkResult {
 };
 
 // C1: repeated-max row rate of a (layer, head) rises above its own baseline.
-LinkResult analyze_trigger(const BinnedTrace& t);
+// `only_layer`/`only_head` >= 0: that (layer_index, head) alone (the chain asks at the growth's
+// head when the strongest trigger is elsewhere).
+LinkResult analyze_trigger(const BinnedTrace& t, std::int64_t only_layer = -1, std::int64_t only_head = -1);
 // C2: delta (and O) error mean significantly non-zero (|z| >= 4) and one-signed over a window.
 // `only_layer`/`only_head` >= 0: that (layer_index, head) alone, at the threshold of the full
 // search (the chain asks at the trigger's head when the strongest bias is elsewhere).
