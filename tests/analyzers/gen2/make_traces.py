@@ -20,8 +20,9 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
 - optionally (real_like, validate.py's LPDIAG_GEN2_REAL_LIKE=1) two features of the H200 GPT-2
   runs (docs/REPRODUCTION.md, session 22): the heads part early (each head's sigma_1 rises by its
   own factor, up to 4.5x, over the first 3-15% of the run, then levels off) and repeated maxima
-  occur at a baseline of 0.5-6% of every head's rows; drawn from a second random stream, so the
-  rest of the trace is the same as without.
+  occur at a baseline of 0.5-6% of every head's rows; drawn from a second random stream (the
+  draws after the repeated-max counts still differ: a binomial draw's use of the stream depends on
+  its rate).
 
    make_traces.py OUT_DIR SEED COUNT   writes COUNT traces gen2_<seed>_<i>.h5 plus truth.json
 """
