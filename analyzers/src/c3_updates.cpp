@@ -23,7 +23,7 @@ LinkResult analyze_updates(const BinnedTrace& t) {
     // Both are per-record statistics, scattered around their level (the similarity of the top
     // singular pair by ~0.1 from record to record on the H200 runs): a level that moves by 0.15 or
     // more, beyond 5 s.e. of its mean after the change, and stays.
-    const cp::Rise rs = cp::sustained_rise(sim, 5, 0.15, true), rc = cp::sustained_rise(conc, 5, 0.15, true);
+    const cp::Rise rs = cp::sustained_rise(sim, 5, 0.15, /*on_mean=*/true), rc = cp::sustained_rise(conc, 5, 0.15, /*on_mean=*/true);
     if (!rs.ok || !rc.ok) continue;
     if (rs.d <= best_effect) continue;
     best_effect = rs.d;

@@ -107,11 +107,12 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     excess.push_back(std::move(e));
   }
   const int n_end = std::max(2, K / 10);
-  // A series' change from the bins before `tau` to its end.
-  auto change_since = [&](const std::vector<double>& es, int tau) {
-    const double pre = tools::median(tools::finite_values(es, std::max(0, tau - n_end), std::max(1, tau)));
-    return tools::median(tools::finite_values(es, K - end_bins(K), K)) - pre;
+  // A series' level over the bins just before `tau`, and at its end.
+  auto level_before = [&](const std::vector<double>& es, int tau) {
+    return tools::median(tools::finite_values(es, std::max(0, tau - n_end), std::max(1, tau)));
   };
+  auto end_level = [&](const std::vector<double>& es) { return tools::median(tools::finite_values(es, K - end_bins(K), K)); };
+  auto change_since = [&](const std::vector<double>& es, int tau) { return end_level(es) - level_before(es, tau); };
   // Whether `growth` from `tau` on stands out among every head's change over the same window,
   // and outgrows what all heads grew in that window: a head that leads a growth every head shares
   // (a learning rate too high: the lr-0.05 runs of docs/REAL_RUNS.md, median head 10-16x over
@@ -134,8 +135,8 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     const cp::Fit f = cp::fit_ramp(es, 2, min_post, !corrected, +1);
     if (!f.ok || !(f.change > 0)) continue;
     const double noise = cp::diff_noise_sd(excess[i]);
-    const double pre = tools::median(tools::finite_values(es, std::max(0, f.tau - n_end), std::max(1, f.tau)));
-    const double growth = tools::median(tools::finite_values(es, K - end_bins(K), K)) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
+    const double pre = level_before(es, f.tau);
+    const double growth = end_level(es) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
     if (!(growth >= std::log(1.3) && growth > 6 * noise)) continue;
     if (corrected && !(rises[i] - rise_med > 6 * rise_sd) && !stands_out_since(growth, f.tau)) continue;  // not singled out
     if (growth <= best_growth) continue;

@@ -130,6 +130,12 @@ const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* 
 
 }  // namespace
 
+double weakest_link_confidence(const ChainResult& c) {
+  double conf = 1.0;
+  for (const auto& l : c.links) conf = std::min(conf, l.confidence);
+  return conf;
+}
+
 std::string missing_links_text(const ChainResult& c) {
   std::string m;
   for (const auto& id : c.missing_links) m += (m.empty() ? "" : ", ") + id;
@@ -150,27 +156,21 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // session 22: layer 2 heads 1 and 7), and which one steps up most decides nothing. The chain
   // ends in the head that grew, so where W_Q's growth singles out a head, the trigger is asked
   // there too, by the same rule; found there, it is the chain's.
-  if (c.links[3].present && c.links[3].head >= 0 && c.links[0].present &&
-      (c.links[0].layer_index != c.links[3].layer_index || c.links[0].head != c.links[3].head)) {
-    LinkResult at_growth = analyze_trigger(t, c.links[3].layer_index, c.links[3].head);
-    if (at_growth.present) {
-      at_growth.evidence += fmt::format(" (at the growth's head; the strongest trigger is at layer {} head {})", c.links[0].layer_index,
-                                        c.links[0].head);
-      c.links[0] = at_growth;
-    }
-  }
+  // Link `i`, found strongest in another head than link `j`, asked again in j's head by
+  // `ask(layer, head)`; found there, it is the chain's, its evidence naming where the strongest is.
+  auto relocate = [&](std::size_t i, std::size_t j, const char* where, const char* what, auto ask) {
+    const LinkResult &li = c.links[i], &lj = c.links[j];
+    if (!li.present || !lj.present || lj.head < 0 || (li.layer_index == lj.layer_index && li.head == lj.head)) return;
+    LinkResult there = ask(lj.layer_index, lj.head);
+    if (!there.present) return;
+    there.evidence += fmt::format(" (at the {}'s head; the strongest {} is at layer {} head {})", where, what, li.layer_index, li.head);
+    c.links[i] = std::move(there);
+  };
+  relocate(0, 3, "growth", "trigger", [&](std::int64_t l, std::int64_t h) { return analyze_trigger(t, l, h); });
   // The strongest bias may sit in another head than the trigger (heavy-tailed noise, or a
   // second biased head): the chain is about the trigger's head, so ask there too, at the same
   // threshold as the full search.
-  if (c.links[0].present && c.links[1].present &&
-      (c.links[1].layer_index != c.links[0].layer_index || c.links[1].head != c.links[0].head)) {
-    LinkResult at_trigger = analyze_bias(t, bias_z, c.links[0].layer_index, c.links[0].head);
-    if (at_trigger.present) {
-      at_trigger.evidence += fmt::format(" (at the trigger's head; the strongest delta-error bias is at layer {} head {})",
-                                         c.links[1].layer_index, c.links[1].head);
-      c.links[1] = at_trigger;
-    }
-  }
+  relocate(1, 0, "trigger", "delta-error bias", [&](std::int64_t l, std::int64_t h) { return analyze_bias(t, bias_z, l, h); });
   c.run = judge_run(full, c.links[4]);
   const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3];
   LinkResult& c5 = c.links[4];
@@ -414,9 +414,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   c.found = true;
   c.layer_index = c2.layer_index;
   c.head = c2.head;
-  double conf = 1.0;
-  for (const auto& l : c.links) conf = std::min(conf, l.confidence);
-  c.confidence = conf * (1.0 - c.correlation.p);
+  c.confidence = weakest_link_confidence(c) * (1.0 - c.correlation.p);
   c.findings.push_back(fmt::format("causal chain at layer {} head {}: bias leads growth by {} bins (rank correlation {:.2f}, p {:.2g})",
                                    c.layer_index, c.head, c.correlation.lag_bins, c.correlation.r, c.correlation.p));
   if (c.simultaneous)

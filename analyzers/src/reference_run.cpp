@@ -186,8 +186,7 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
     c.found = true;
     c.undecided = false;
     c.driving = "reference";
-    c.confidence = 1.0;
-    for (const auto& l : c.links) c.confidence = std::min(c.confidence, l.confidence);
+    c.confidence = weakest_link_confidence(c);
     answer = fmt::format("causal chain at layer {} head {}, decided by the reference run {}: every link is present, in order and in "
                          "this head, and the failure is attributable to the attention numerics ({})",
                          c.layer_index, c.head, cmp.path, cmp.evidence);

@@ -52,6 +52,9 @@ struct ChainResult {
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);
 
+// The smallest confidence of the five links: a chain is as sure as its weakest link.
+double weakest_link_confidence(const ChainResult& c);
+
 // The ids of the links the chain lacks, ", "-joined ("C3, C4, C5"); "" when none is missing.
 std::string missing_links_text(const ChainResult& c);
 
