@@ -56,6 +56,67 @@ double loss_between(const BinnedTrace& t, std::int64_t lo, std::int64_t hi) {
   return in.empty() ? NAN : tools::median(in);
 }
 
+// sigma_1 of (layer slot, head) near `step`: the median of the three recorded bins nearest it on
+// the side `dir` (+1: at or after, -1: at or before). NaN where none is recorded.
+double sigma_near(const BinnedTrace& t, const std::vector<double>& sigma, std::int64_t step, int dir) {
+  std::vector<double> got;
+  if (dir > 0) {
+    for (int b = 0; b < t.bins && got.size() < 3; ++b)
+      if (t.bin_step(b) >= step && std::isfinite(sigma[b]) && sigma[b] > 0) got.push_back(sigma[b]);
+  } else {
+    for (int b = t.bins - 1; b >= 0 && got.size() < 3; --b)
+      if (t.bin_step(b) <= step && std::isfinite(sigma[b]) && sigma[b] > 0) got.push_back(sigma[b]);
+  }
+  return got.empty() ? NAN : tools::median(got);
+}
+
+double growth_between(const BinnedTrace& t, std::size_t slot, std::int64_t head, std::int64_t from, std::int64_t to) {
+  const auto s = head_sigma(t, slot, head);
+  return sigma_near(t, s, to, -1) / sigma_near(t, s, from, +1);
+}
+
+// The head C4 singled out in RUN, measured in REF over the same steps. Absent where RUN has no
+// localized C4 or either trace lacks per-head sigma_1 for that head's layer.
+std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, const BinnedTrace& rt, const BinnedTrace& ft,
+                                                        const std::string& cfg) {
+  const LinkResult& c4 = run.links[3];
+  if (!c4.present || c4.head < 0 || !rt.has_head_sigma || !ft.has_head_sigma) return std::nullopt;
+  if (std::find(ft.layers.begin(), ft.layers.end(), c4.layer_index) == ft.layers.end() || c4.head >= ft.heads) return std::nullopt;
+  HeadGrowthComparison g;
+  g.layer_index = c4.layer_index;
+  g.head = c4.head;
+  g.from_step = c4.onset_step;
+  g.to_step = std::min(rt.last_step, ft.last_step);
+  if (!run.run.healthy && run.run.failure.onset_step > g.from_step) g.to_step = std::min(g.to_step, run.run.failure.onset_step);
+  if (g.to_step <= g.from_step) return std::nullopt;
+  g.run_growth = growth_between(rt, rt.layer_slot(c4.layer_index), c4.head, g.from_step, g.to_step);
+  g.ref_growth = growth_between(ft, ft.layer_slot(c4.layer_index), c4.head, g.from_step, g.to_step);
+  std::vector<double> all;
+  for (std::size_t l = 0; l < ft.layers.size(); ++l)
+    for (std::int64_t h = 0; h < ft.heads; ++h)
+      if (const double x = growth_between(ft, l, h, g.from_step, g.to_step); std::isfinite(x)) all.push_back(x);
+  if (!std::isfinite(g.run_growth) || !std::isfinite(g.ref_growth) || all.empty()) return std::nullopt;
+  g.ref_median_growth = tools::median(all);
+  // 1.3: C4's own margin for a head that grew beyond the others.
+  const bool stands_out_in_ref = g.ref_growth >= 1.3 * g.ref_median_growth;
+  g.by_numerics = g.run_growth >= 1.3 * g.ref_growth && !stands_out_in_ref;
+  const std::string head = fmt::format("layer {} head {}, whose W_Q grew beyond the other heads in RUN (C4), grew {:.2f}x over steps {}..{} "
+                                       "in RUN and {:.2f}x in REF (REF's median head {:.2f}x)",
+                                       g.layer_index, g.head, g.run_growth, g.from_step, g.to_step, g.ref_growth, g.ref_median_growth);
+  if (g.by_numerics)
+    g.evidence = head + ": that head's growth is the attention numerics' doing" +
+                 (run.run.healthy ? " (an early warning: the run is healthy, and the numerics single out this head)" : "");
+  else if (g.run_growth < 1.3 * g.ref_growth)
+    g.evidence = head + ": it grew alike with other attention numerics, so that growth is not the numerics' doing";
+  else
+    g.evidence = head + ": it stands out in REF too, so the head grows under both numerics, more under RUN's";
+  if (!run.run.healthy && c4.onset_step > run.run.failure.onset_step)
+    g.evidence += fmt::format("; it began after the failure (step {}): part of how the failure unfolded, not its cause",
+                              run.run.failure.onset_step);
+  g.evidence += cfg;
+  return g;
+}
+
 }  // namespace
 
 ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
@@ -72,6 +133,7 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
           ? std::string()
           : fmt::format("; but the runs differ beyond the attention numerics ({}{}), so the comparison is weaker",
                         r.config_differences.front(), r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : "");
+  if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, cfg);
   double a_loss = a.final_loss, b_loss = b.final_loss;
   std::string at;  // where the losses were compared, when not at each run's own end
   if (run_t && ref_t) {
@@ -172,6 +234,8 @@ std::string other_way_than_the_chain(const ChainResult& c) {
 }  // namespace
 
 void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
+  if (cmp.head_growth)
+    c.findings.push_back(fmt::format("against the reference run {}: {}", cmp.path, cmp.head_growth->evidence));
   if (c.run.healthy && !cmp.attributable) return;  // nothing failed and nothing to attribute: no question was open
   std::string answer;
   if (!cmp.attributable) {

@@ -84,10 +84,53 @@ def check_gpt2_failure_at_1e_3(lpdiag, d, check):
     check(f"{name} against gpt2-fp32-1e-3-5k: a causal chain at layer 2 head 7, decided by the reference",
           chain["found"] and not chain["undecided"] and (chain["layer_index"], chain["head"]) == (2, 7)
           and j["driving_evidence"] == "reference" and any("decided by the reference run" in f for f in j["findings"]))
+    g = ref["head_growth"] or {}
+    # The head C4 singled out, measured in both runs over C4's onset..the failure: it grew ~3x in
+    # RUN and stayed flat (within 1.3x, C4's own margin) in REF, as REF's median head did.
+    check(f"{name} against gpt2-fp32-1e-3-5k: layer 2 head 7's W_Q growth is the numerics' doing ({g})",
+          (g.get("layer_index"), g.get("head")) == (2, 7) and g.get("by_numerics") is True and g["run_growth"] >= 2
+          and g["ref_growth"] < 1.3 and g["from_step"] == on["C4"] and g["to_step"] == onset
+          and any("that head's growth is the attention numerics' doing" in f for f in j["findings"]))
     text = subprocess.run([lpdiag, "analyze", f"{d}/{name}.h5", "--reference", f"{d}/gpt2-fp32-1e-3-5k.h5"], capture_output=True,
                           text=True).stdout
     check(f"{name} against gpt2-fp32-1e-3-5k: the headline names the chain and what decided it",
           "CAUSAL CHAIN at layer 2, head 7 (confidence" in text and "decided by the reference run)" in text)
+
+
+def check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check):
+    """Seed 3 of the same configuration (session 24), thinned to every 10th record (`scripts/pack-trace
+    --every 10`: the loss every 10th step, weights whole, delta errors every 50th step whole).
+    seed-mma/none's loss exploded (0.36 at step ~3,975 -> 2.76 at 5,000, no one-bin spike in the
+    whole trace) after its logits had collapsed in the first 250 steps and the loss had learned
+    through that; every link in layer 1 head 0. The rules this asserts (a rise the loss learned
+    through is a warning; a divergence to twice the best is an explosion) were set on this run's
+    whole trace; the thinned trace is a second reading of it."""
+    name, fp32 = "gpt2-seedmma-none-1e-3-5k-s3-every10", "gpt2-fp32-1e-3-5k-s3-every10"
+    j = analyze(lpdiag, f"{d}/{name}.h5")
+    run, links = j["run"], j["chain"]["links"]
+    onset = (run["failure"] or {}).get("onset_step")
+    check(f"{name}: failed, loss_explosion from step {onset} (the loss left ~0.36 at ~4,000-4,700)",
+          not run["healthy"] and run["failure"]["kind"] == "loss_explosion" and 4000 <= onset <= 4700)
+    check(f"{name}: the early logit collapse is a warning the run learned through",
+          any(w["kind"] == "attention_logit_growth" and "learned through it" in w["evidence"] for w in run["warnings"]))
+    check(f"{name}: every link present ({j['missing_links']})", j["missing_links"] == [])
+    where = {k: (v.get("layer_index"), v.get("head")) for k, v in links.items()}
+    check(f"{name}: C1, C2 and C4 at layer 1 head 0, C3 in layer 1 ({where})",
+          all(where[k] == (1, 0) for k in ("C1", "C2", "C4")) and where["C3"][0] == 1)
+    on = {k: v["onset_step"] for k, v in links.items()}
+    check(f"{name}: every link before the failure's C5 ({on})", max(on[k] for k in ("C1", "C2", "C3", "C4")) < on["C5"])
+    rc = subprocess.run([lpdiag, "check", f"{d}/{name}.h5"], capture_output=True, text=True)
+    check(f"{name}: check exits 1 naming loss_explosion (got {rc.returncode})", rc.returncode == 1 and "loss_explosion" in rc.stdout)
+    j = analyze(lpdiag, f"{d}/{fp32}.h5")
+    check(f"{fp32}: healthy, no chain", j["run"]["healthy"] and not j["chain"]["found"])
+    j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/{fp32}.h5")
+    ref, chain, g = j["reference"], j["chain"], j["reference"]["head_growth"] or {}
+    check(f"{name} against {fp32}: attributable, a causal chain at layer 1 head 0 decided by the reference",
+          ref["attributable_to_attention_numerics"] is True and chain["found"] and not chain["undecided"]
+          and (chain["layer_index"], chain["head"]) == (1, 0) and j["driving_evidence"] == "reference")
+    check(f"{name} against {fp32}: layer 1 head 0 grew >= 3x in RUN, < 1.3x in fp32 ({g})",
+          (g.get("layer_index"), g.get("head")) == (1, 0) and g.get("by_numerics") is True and g["run_growth"] >= 3
+          and g["ref_growth"] < 1.3)
 
 
 def main():
@@ -117,6 +160,7 @@ def main():
     check("seed-none-4e-3 against fp32-4e-3: nothing to attribute (null), the reference healthy",
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is False)
     check_gpt2_failure_at_1e_3(lpdiag, d, check)
+    check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]

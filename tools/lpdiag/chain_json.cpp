@@ -62,12 +62,19 @@ nlohmann::json verdict_to_json(const analysis::RunVerdict& v) {
           {"max_logit", v.max_logit >= 0 ? num(v.max_logit) : nlohmann::json(nullptr)}};
 }
 
+static nlohmann::json head_growth_to_json(const analysis::HeadGrowthComparison& g) {
+  return {{"layer_index", g.layer_index}, {"head", g.head},           {"from_step", g.from_step},
+          {"to_step", g.to_step},         {"run_growth", num(g.run_growth)}, {"ref_growth", num(g.ref_growth)},
+          {"ref_median_growth", num(g.ref_median_growth)}, {"by_numerics", g.by_numerics}, {"evidence", g.evidence}};
+}
+
 nlohmann::json reference_to_json(const analysis::ReferenceComparison& r) {
   return {{"path", r.path},
           {"failed", r.failed},
           {"attributable_to_attention_numerics", r.attributable ? nlohmann::json(*r.attributable) : nlohmann::json(nullptr)},
           {"evidence", r.evidence},
-          {"config_differences", r.config_differences}};
+          {"config_differences", r.config_differences},
+          {"head_growth", r.head_growth ? head_growth_to_json(*r.head_growth) : nlohmann::json(nullptr)}};
 }
 
 }  // namespace lpdiag::cli

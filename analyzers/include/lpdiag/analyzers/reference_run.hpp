@@ -2,6 +2,7 @@
 // numerics (fp32 attention, PyTorch's own, the fix). Order and correlation in one trace suggest
 // causation; this comparison is what decides it (DESIGN.md, "The causal chain").
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -9,12 +10,28 @@
 
 namespace lpdiag::analysis {
 
+// The head whose W_Q growth C4 singled out in RUN, measured in REF over the same steps: what
+// the attention numerics did to that head, whether or not the run failed. Growth is sigma_1 of
+// the head's W_Q slice near `to_step` over its value near `from_step` (the median of the three
+// nearest recorded bins at each end).
+struct HeadGrowthComparison {
+  std::int64_t layer_index = -1, head = -1;
+  std::int64_t from_step = 0, to_step = 0;  // C4's onset in RUN; the failure's onset or the last step both runs reached
+  double run_growth = 0, ref_growth = 0, ref_median_growth = 0;  // the median over all of REF's heads
+  // RUN's head grew >= 1.3x as much as the same head in REF, and that head did not stand out in REF.
+  bool by_numerics = false;
+  std::string evidence;
+};
+
 struct ReferenceComparison {
   std::string path;
   bool failed = false;                    // REF's own verdict
   std::optional<bool> attributable;       // true / false / undecided (null)
   std::string evidence;
   std::vector<std::string> config_differences;  // run_config keys that differ, beyond the numerics
+  // Where RUN has C4 and both binned traces carry per-head sigma_1 (REF's W_Q is tracked even
+  // when its attention is PyTorch's own); absent otherwise.
+  std::optional<HeadGrowthComparison> head_growth;
 };
 
 // `run_config` / `ref_config`: the traces' run_config JSON (may be empty or not JSON).
@@ -29,6 +46,8 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
 // open question (ChainResult::open_finding) and clears `decide`, the run it named having been
 // run; an undecided one is added beside the question with its reason. A failure attributable to
 // the numerics without a biased delta error is said to act through another path than the chain.
+// The head-growth comparison, where there is one, is added as a finding of its own (on a healthy
+// run a head the numerics single out is an early warning).
 void settle_with_reference(ChainResult& run, const ReferenceComparison& cmp);
 
 }  // namespace lpdiag::analysis
