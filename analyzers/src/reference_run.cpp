@@ -31,6 +31,22 @@ std::vector<std::string> differences(const std::string& a, const std::string& b)
   return out;
 }
 
+// The attention numerics both configs name, when they name the same ("attention lpdiag, policy
+// seed-mma:tile=512, fix none, precision ..."); empty when either is not JSON, names none of
+// them, or any differs. Two runs of the same numerics (another seed, say) cannot show what other
+// numerics would have done.
+std::string same_numerics(const std::string& a, const std::string& b) {
+  const auto ja = nlohmann::json::parse(a, nullptr, false), jb = nlohmann::json::parse(b, nullptr, false);
+  if (!ja.is_object() || !jb.is_object()) return {};
+  std::string named;
+  for (const char* k : {"attention", "policy", "fix", "precision"}) {
+    const bool in_a = ja.contains(k), in_b = jb.contains(k);
+    if (in_a != in_b || (in_a && ja[k] != jb[k])) return {};
+    if (in_a) named += fmt::format("{}{} {}", named.empty() ? "" : ", ", k, ja[k].is_string() ? ja[k].get<std::string>() : ja[k].dump());
+  }
+  return named;
+}
+
 // Whether a run's trace holds the signal a failure of `kind` is read from: the loss is in every
 // trace; attention logits only where lpdiag's attention ran.
 bool observes(const RunVerdict& v, const std::string& kind) { return kind != "attention_logit_growth" || v.max_logit >= 0; }
@@ -77,8 +93,9 @@ double growth_between(const BinnedTrace& t, std::size_t slot, std::int64_t head,
 
 // The head C4 singled out in RUN, measured in REF over the same steps. Absent where RUN has no
 // localized C4 or either trace lacks per-head sigma_1 for that head's layer.
+// `same`: where REF ran RUN's own numerics, why that comparison says nothing of them (empty otherwise).
 std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, const BinnedTrace& rt, const BinnedTrace& ft,
-                                                        const std::string& cfg) {
+                                                        const std::string& cfg, const std::string& same) {
   const LinkResult& c4 = run.links[3];
   if (!c4.present || c4.head < 0 || !rt.has_head_sigma || !ft.has_head_sigma) return std::nullopt;
   if (std::find(ft.layers.begin(), ft.layers.end(), c4.layer_index) == ft.layers.end() || c4.head >= ft.heads) return std::nullopt;
@@ -99,10 +116,14 @@ std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, 
   g.ref_median_growth = tools::median(all);
   // 1.3: C4's own margin for a head that grew beyond the others.
   const bool stands_out_in_ref = g.ref_growth >= 1.3 * g.ref_median_growth;
-  g.by_numerics = g.run_growth >= 1.3 * g.ref_growth && !stands_out_in_ref;
+  g.by_numerics = same.empty() && g.run_growth >= 1.3 * g.ref_growth && !stands_out_in_ref;
   const std::string head = fmt::format("layer {} head {}, whose W_Q grew beyond the other heads in RUN (C4), grew {:.2f}x over steps {}..{} "
                                        "in RUN and {:.2f}x in REF (REF's median head {:.2f}x)",
                                        g.layer_index, g.head, g.run_growth, g.from_step, g.to_step, g.ref_growth, g.ref_median_growth);
+  if (!same.empty()) {
+    g.evidence = head + ": " + same;
+    return g;
+  }
   if (g.by_numerics)
     g.evidence = head + ": that head's growth is the attention numerics' doing" +
                  (run.run.healthy ? " (an early warning: the run is healthy, and the numerics single out this head)" : "");
@@ -133,7 +154,24 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
           ? std::string()
           : fmt::format("; but the runs differ beyond the attention numerics ({}{}), so the comparison is weaker",
                         r.config_differences.front(), r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : "");
-  if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, cfg);
+  const std::string numerics = same_numerics(run_config, ref_config);
+  // Nothing about the numerics follows from a REF that ran the same ones: neither that they
+  // caused RUN's failure (REF, at another seed, did not fail) nor that they did not.
+  const std::string same =
+      numerics.empty()
+          ? std::string()
+          : fmt::format("REF ran the same attention numerics as RUN ({}), so it cannot show what other numerics would have done; the runs "
+                        "differ {}",
+                        numerics,
+                        r.config_differences.empty()
+                            ? std::string("by chance alone (e.g. GPU nondeterminism)")
+                            : "in " + r.config_differences.front() +
+                                  (r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : std::string()));
+  if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, cfg, same);
+  if (!same.empty()) {
+    r.evidence = both + ": " + same + "; the run that decides: the same config with fp32 attention or with a fix";
+    return r;
+  }
   double a_loss = a.final_loss, b_loss = b.final_loss;
   std::string at;  // where the losses were compared, when not at each run's own end
   if (run_t && ref_t) {

@@ -14,6 +14,7 @@ ChainResult with_verdict(bool healthy, const std::string& kind = "", std::int64_
 }
 const std::string cfg = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"lpdiag"})";
 const std::string cfg_fp32 = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})";
+const std::string cfg_fix = R"({"lr":0.006,"seed":1,"policy":"fa2","fix":"paper","attention":"lpdiag"})";
 }  // namespace
 
 TEST_CASE("reference: RUN fails and REF does not -> attributable", "[reference]") {
@@ -37,20 +38,39 @@ TEST_CASE("reference: both fail the same way but REF learned clearly more -> und
   // paper's fix 1.955, both with collapsed logits. 5% is the line (the rule's); 4% apart is alike.
   ChainResult run = with_verdict(false, "attention_logit_growth", 12), fix = with_verdict(false, "attention_logit_growth", 12);
   run.run.final_loss = 2.426, fix.run.final_loss = 1.955;
-  const auto r = compare_with_reference("ref.h5", run, fix, cfg, cfg);
+  const auto r = compare_with_reference("ref.h5", run, fix, cfg, cfg_fix);
   CHECK_FALSE(r.attributable.has_value());
   CHECK(r.failed);
   CHECK(r.evidence.find("24% above") != std::string::npos);
   CHECK(r.evidence.find("lessened") != std::string::npos);
   fix.run.final_loss = 2.426 / 1.04;
-  const auto near = compare_with_reference("ref.h5", run, fix, cfg, cfg);
+  const auto near = compare_with_reference("ref.h5", run, fix, cfg, cfg_fix);
   REQUIRE(near.attributable.has_value());
   CHECK_FALSE(*near.attributable);
 }
 
 TEST_CASE("reference: REF non-finite where RUN was not, or RUN healthy -> undecided", "[reference]") {
-  CHECK_FALSE(compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(false, "non_finite", 9), cfg, cfg).attributable);
-  CHECK_FALSE(compare_with_reference("r", with_verdict(true), with_verdict(false, "loss_explosion", 9), cfg, cfg).attributable);
+  CHECK_FALSE(compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(false, "non_finite", 9), cfg, cfg_fix).attributable);
+  CHECK_FALSE(compare_with_reference("r", with_verdict(true), with_verdict(false, "loss_explosion", 9), cfg, cfg_fix).attributable);
+}
+
+// Session 24: seed-mma/none at seed 3 against the same arm at seed 1 (both failed) or at seed 2
+// (healthy) said "attributable" / "not the numerics' doing" of a pair that ran the same numerics.
+TEST_CASE("reference: a REF of the same attention numerics decides nothing about them", "[reference]") {
+  const std::string s1 = R"({"lr":0.001,"seed":1,"policy":"seed-mma:tile=512","fix":"none","attention":"lpdiag"})";
+  const std::string s3 = R"({"lr":0.001,"seed":3,"policy":"seed-mma:tile=512","fix":"none","attention":"lpdiag"})";
+  for (const bool ref_healthy : {true, false}) {
+    const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 4454),
+                                          ref_healthy ? with_verdict(true) : with_verdict(false, "loss_explosion", 4834), s3, s1);
+    CHECK_FALSE(r.attributable.has_value());
+    CHECK(r.evidence.find("REF ran the same attention numerics as RUN") != std::string::npos);
+    CHECK(r.evidence.find("seed: 3 vs 1") != std::string::npos);
+  }
+  // Another fix, or another attention, is other numerics: the comparison stands.
+  const std::string fixed = R"({"lr":0.001,"seed":3,"policy":"seed-mma:tile=512","fix":"paper","attention":"lpdiag"})";
+  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 4454), with_verdict(true), s3, fixed);
+  REQUIRE(r.attributable.has_value());
+  CHECK(*r.attributable);
 }
 
 TEST_CASE("reference: differences beyond the numerics are named", "[reference]") {
