@@ -31,6 +31,11 @@ std::vector<std::string> differences(const std::string& a, const std::string& b)
   return out;
 }
 
+// "KEY: A vs B" of the first difference, "and N more" of the rest.
+std::string listed(const std::vector<std::string>& diffs) {
+  return diffs.front() + (diffs.size() > 1 ? fmt::format(" and {} more", diffs.size() - 1) : std::string());
+}
+
 // The attention numerics both configs name, when they name the same ("attention lpdiag, policy
 // seed-mma:tile=512, fix none, precision ..."); empty when either is not JSON, names none of
 // them, or any differs. Two runs of the same numerics (another seed, say) cannot show what other
@@ -152,8 +157,7 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   const std::string cfg =
       r.config_differences.empty()
           ? std::string()
-          : fmt::format("; but the runs differ beyond the attention numerics ({}{}), so the comparison is weaker",
-                        r.config_differences.front(), r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : "");
+          : fmt::format("; but the runs differ beyond the attention numerics ({}), so the comparison is weaker", listed(r.config_differences));
   const std::string numerics = same_numerics(run_config, ref_config);
   // Nothing about the numerics follows from a REF that ran the same ones: neither that they
   // caused RUN's failure (REF, at another seed, did not fail) nor that they did not.
@@ -163,10 +167,7 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
           : fmt::format("REF ran the same attention numerics as RUN ({}), so it cannot show what other numerics would have done; the runs "
                         "differ {}",
                         numerics,
-                        r.config_differences.empty()
-                            ? std::string("by chance alone (e.g. GPU nondeterminism)")
-                            : "in " + r.config_differences.front() +
-                                  (r.config_differences.size() > 1 ? fmt::format(" and {} more", r.config_differences.size() - 1) : std::string()));
+                        r.config_differences.empty() ? std::string("by chance alone (e.g. GPU nondeterminism)") : "in " + listed(r.config_differences));
   if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, cfg, same);
   if (!same.empty()) {
     r.evidence = both + ": " + same + "; the run that decides: the same config with fp32 attention or with a fix";
