@@ -14,6 +14,11 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
   "undriven" nulls with every link in place, ordered and in one head, whose growth follows an
   AR(1) process independent of the bias (timing alone must not make a chain);
 - failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion;
+- (session 24) "collapse-divergence" traces, the shape of GPT-2 seed-mma/none at seed 3
+  (docs/REPRODUCTION.md): every head's max logit collapses (x60-400) within the first 1-7% of
+  the run, the loss learns through it to a low floor, then diverges smoothly to 2.5-5x its best
+  over 5-12% of the run late in it, with no one-record spike; no link planted. validate.py
+  makes a few of them beside the KINDS cycle;
 - optionally (delta_every > 1, validate.py's LPDIAG_GEN2_DELTA_EVERY) O and delta errors on every
   delta_every-th record only, unmeasured (-1 / NaN) between, as a run at `--full-every` records
   them; the rest of the trace and the random draws are the same as with delta_every = 1;
@@ -181,6 +186,17 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
             nan_from = min(T - 1, k + int(rng.integers(5, 50)))
             loss[nan_from:] = np.nan
 
+    divergence = -1
+    if kind == "collapse-divergence":
+        loss = rng.uniform(0.3, 0.6) + rng.uniform(2, 4) * np.exp(-rng.uniform(5, 9) * f) + t_noise(rng, T, 0.01)
+        divergence = int(rng.uniform(0.7, 0.85) * T)
+        dw = max(2, int(rng.uniform(0.05, 0.12) * T))
+        loss *= 1 + rng.uniform(1.5, 4.0) * np.clip((np.arange(T) - divergence) / dw, 0, 1)
+        c0, cw = int(rng.uniform(0.005, 0.04) * T), max(2, int(rng.uniform(0.005, 0.03) * T))
+        collapse = 1 + (rng.uniform(60, 400) - 1) * np.clip((np.arange(T) - c0) / cw, 0, 1)
+    else:
+        collapse = np.ones(T)
+
     # Update statistics.
     sim0, conc0 = rng.uniform(0.05, 0.4, size=L), rng.uniform(0.05, 0.3, size=L)
     sim1, conc1 = rng.uniform(0.8, 0.97), rng.uniform(0.6, 0.9)
@@ -222,7 +238,8 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
             d_sumsq = rows * (sd * sd + mu * mu)
             o_n = rows * 64
             o_sum = 0.3 * mu * o_n + math.sqrt(o_n) * sd * rng.standard_normal((T, H))
-            logits = logit0[l][None, :] * np.exp(0.8 * f)[:, None] * (sig[:, l, :] / sig[0, l, :]) ** 2 + t_noise(rng, (T, H), 0.2)
+            logits = (logit0[l][None, :] * np.exp(0.8 * f)[:, None] * (sig[:, l, :] / sig[0, l, :]) ** 2 * collapse[:, None]
+                      + t_noise(rng, (T, H), 0.2))
             cols = {
                 "rows": n_rows, "repeated_max_rows": rep, "tile_repeated_max_rows": rep * 2, "zero_max_repeated_rows": np.zeros((T, H)),
                 "pbar_one_entries": rep * 2, "fix_engaged_rows": np.zeros((T, H)),
@@ -285,7 +302,8 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
              "layer_index": pl if (on[0] >= 0 or on[1] >= 0 or on[3] >= 0) else None,
              "head": ph if (on[0] >= 0 or on[1] >= 0 or on[3] >= 0) else None,
              "onset_step": [int(steps[k]) if k >= 0 else None for k in on],
-             "non_finite_step": int(steps[nan_from]) if nan_from >= 0 else None}
+             "non_finite_step": int(steps[nan_from]) if nan_from >= 0 else None,
+             "divergence_step": int(steps[divergence]) if divergence >= 0 else None}
     return truth
 
 

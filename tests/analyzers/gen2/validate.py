@@ -103,6 +103,29 @@ def main():
                     nulls_ok += 1
                 else:
                     print(f"  trace seed {tseed} ({kind}): {want} reported present: {j['chain']['links'][want]['evidence'][:160]}")
+        # The seed-3 shape (make_traces.py, "collapse-divergence"): failed as loss_explosion from
+        # within a tenth of the run of where the loss began to diverge, the early collapse a
+        # warning the run learned through. Apart from the KINDS cycle, so that the traces above
+        # stay what their seeds made before session 24.
+        extra = max(4, count // 11)
+        extra_ok = 0
+        for i in range(extra):
+            tseed = seed * 1000 + 900 + i
+            truth = make_traces.write_trace(f"{d}/x{i}.h5", tseed, "collapse-divergence", delta_every, real_like)
+            out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/x{i}.h5"], capture_output=True, text=True)
+            j = json.loads(out.stdout) if out.returncode == 0 else None
+            run = (j or {}).get("run") or {}
+            fail = run.get("failure") or {}
+            span = max(1, truth["last_step"] - truth["first_step"])
+            right = (j is not None and not run.get("healthy") and fail.get("kind") == "loss_explosion"
+                     and abs(fail["onset_step"] - truth["divergence_step"]) <= 0.1 * span
+                     and any(w["kind"] == "attention_logit_growth" and "learned through it" in w["evidence"] for w in run["warnings"]))
+            extra_ok += right
+            if not right:
+                print(f"  trace seed {tseed} (collapse-divergence, diverging from step {truth['divergence_step']}): "
+                      f"verdict {'healthy' if run.get('healthy') else fail.get('kind')} from {fail.get('onset_step')}, "
+                      f"warnings {[w['kind'] for w in run.get('warnings', [])]}")
+    print(f"collapse then late divergence: verdict right {extra_ok}/{extra} (floor 0.9)")
     precision = tp / max(1, tp + fp)
     recall = tp / max(1, tp + fn)
     loc = loc_ok / max(1, tp)
@@ -119,7 +142,7 @@ def main():
     # seeds, 12969 and 202, at 0.694, under the 0.70 floor this test had: it failed ~1 run in 7).
     # Its floor is 0.60, ~3 binomial s.d. (0.067 at 36 planted) below that mean.
     recall_floor = 0.60 if real_like else 0.70
-    ok = wording_errors == 0 and precision >= 0.95 and recall >= recall_floor and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
+    ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and recall >= recall_floor and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
     if delta_every > 1:
         # Sparse error statistics (session 20): recall is bounded by what the records can show
         # (0.333 and 0.375 at seeds 42 and 57 with every 25th record; 0.278 before C2's long
@@ -132,7 +155,7 @@ def main():
         # onset 324 steps late, where delta is recorded every 25th record), so the old floors
         # (0.25, 0.10) failed about one run in four. Floors now ~3 binomial s.d. under the mean
         # recall (0.058 at 66 planted) and half again the worst error seen.
-        ok = wording_errors == 0 and precision >= 0.95 and recall >= 0.15 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.15 and \
+        ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and recall >= 0.15 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.15 and \
             nulls_ok >= 0.85 * nulls and undecided_share >= 0.5
     print(f"targets (issue 16): precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
     print("PASS" if ok else "FAIL")
