@@ -47,8 +47,14 @@ TEST_CASE("a small rise over the last bins is not a sustained rise; a real late 
     if (r.ok) std::printf("trial %d: the late drift was called a rise of %.4f\n", trial, r.d);
     const cp::Rise s = cp::sustained_rise(step, 6, 0.005);
     // Tolerance: the fitted step is a least-squares level difference of 29 and 120 bins of noise
-    // s.d. 0.0009 (s.e. ~0.0002); 20% of 0.02 is 20 s.e.
-    step_found += s.ok && std::abs(s.d - 0.02) < 0.004 && std::abs(s.onset - 120) <= 2;
+    // s.d. 0.0009 (s.e. ~0.0002); 20% of 0.02 is 20 s.e. The onset is walked back from the fit
+    // over a 3-bin running median while the bins stay d/10 (2.2 noise s.d. here) above the level
+    // before: noise bins just before the step can carry it back. At +-2 bins this failed about
+    // 1 run in 40 (seed 463258777, trial 7: onset 117, session 24's clean-clone CI run); +-3
+    // bins (2% of the series) did not fail in 230 runs.
+    const bool found = s.ok && std::abs(s.d - 0.02) < 0.004 && std::abs(s.onset - 120) <= 3;
+    step_found += found;
+    if (!found) std::printf("trial %d: the late step read as ok %d, d %.4f, onset %d\n", trial, s.ok, s.d, s.onset);
   }
   std::printf("late drift called a rise: %d of 20; late step found: %d of 20\n", late_false, step_found);
   CHECK(late_false == 0);
