@@ -46,7 +46,10 @@ TEST_CASE("a trigger in the first 1% of the run is found at its onset; an early 
   // rows per record the step is ~7.5 noise s.d. of a bin, near the rule's 6: before session 18
   // the smoothed bins before the step, which carry part of it, hid it in most such traces (6 of
   // 20 found, measured with the session-17 rule); now 19-20 of 20 over three fresh seeds.
-  // 20 traces, at least 16 found at the right head and onset: a chance failure needs 5 misses.
+  // 20 traces, at least 14 found at the right head and onset. Session 24 measured 17-20 of 20
+  // over 12 fresh runs (mean 18.8: a miss rate near 6%) and saw 15 once in a full ctest, so the
+  // old floor of 16 failed ~3% of runs; at 14 a chance failure needs 7 misses (~0.1%), and the
+  // rule before session 18 (6 of 20) still fails it.
   int found = 0;
   for (unsigned i = 0; i < 20; ++i) {
     const auto step = trigger_of("step.h5", seed + 2 + i, 480, [](int r) { return r < 8 ? 0.003 : 0.04; });
@@ -55,7 +58,7 @@ TEST_CASE("a trigger in the first 1% of the run is found at its onset; an early 
     found += step.present && step.head == 1 && std::abs(step.onset_step - 124) <= 45;
   }
   std::printf("early steps found: %d of 20\n", found);
-  CHECK(found >= 16);
+  CHECK(found >= 14);
   // The same rise within the first 1%, gone again by 15% of the run: a transient, as the early
   // repeated maxima of a real GPT-2 run (layer 1 head 10 of session 17's GPT-2 seed-mma/none run at lr 1e-3, docs/REPRODUCTION.md).
   const auto bump = trigger_of("bump.h5", seed + 1, 1024, [](int r) { return r < 8 ? 0.003 : r < 200 ? 0.04 : 0.004; });

@@ -107,7 +107,7 @@ def main():
         # within a tenth of the run of where the loss began to diverge, the early collapse a
         # warning the run learned through. Apart from the KINDS cycle, so that the traces above
         # stay what their seeds made before session 24.
-        extra = max(4, count // 11)
+        extra = max(10, count // 11)
         extra_ok = 0
         for i in range(extra):
             tseed = seed * 1000 + 900 + i
