@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <set>
 
 #include "lpdiag/analyzers/links.hpp"
@@ -13,8 +14,14 @@
 namespace lpdiag::analysis {
 namespace {
 
-// Keys that name the numerics under comparison, or that differ between any two runs.
-const std::set<std::string> kNumericsKeys = {"policy", "fix", "attention", "precision", "instrument", "producer"};
+// The run_config keys that name the attention numerics under comparison.
+constexpr const char* kAttentionKeys[] = {"attention", "policy", "fix", "precision"};
+// Those, and the keys that differ between any two runs: not differences beyond the numerics.
+const std::set<std::string> kNumericsKeys = [] {
+  std::set<std::string> k(std::begin(kAttentionKeys), std::end(kAttentionKeys));
+  k.insert({"instrument", "producer"});
+  return k;
+}();
 
 std::vector<std::string> differences(const std::string& a, const std::string& b) {
   std::vector<std::string> out;
@@ -44,7 +51,7 @@ std::string same_numerics(const std::string& a, const std::string& b) {
   const auto ja = nlohmann::json::parse(a, nullptr, false), jb = nlohmann::json::parse(b, nullptr, false);
   if (!ja.is_object() || !jb.is_object()) return {};
   std::string named;
-  for (const char* k : {"attention", "policy", "fix", "precision"}) {
+  for (const char* k : kAttentionKeys) {
     const bool in_a = ja.contains(k), in_b = jb.contains(k);
     if (in_a != in_b || (in_a && ja[k] != jb[k])) return {};
     if (in_a) named += fmt::format("{}{} {}", named.empty() ? "" : ", ", k, ja[k].is_string() ? ja[k].get<std::string>() : ja[k].dump());
@@ -88,7 +95,7 @@ double sigma_near(const BinnedTrace& t, const std::vector<double>& sigma, std::i
     for (int b = t.bins - 1; b >= 0 && got.size() < 3; --b)
       if (t.bin_step(b) <= step && std::isfinite(sigma[b]) && sigma[b] > 0) got.push_back(sigma[b]);
   }
-  return got.empty() ? NAN : tools::median(got);
+  return got.empty() ? tools::nan() : tools::median(got);
 }
 
 double growth_between(const BinnedTrace& t, std::size_t slot, std::int64_t head, std::int64_t from, std::int64_t to) {
