@@ -1,7 +1,7 @@
 // bench/attention (GPU): lpdiag's CUDA fa2 kernels at instrumentation off / counters / full
 // against PyTorch SDPA's flash and cuDNN backends through LibTorch, in one run.
 //   bench_attention [--reps N] [--json FILE]   TFLOP/s table (FLOPs = 4 B H N^2 d, x0.5 causal,
-//                                              backward 2.5x forward: ../shared/device/README.md)
+//                                              backward 2.5x forward)
 //   bench_attention --check                    gradient errors against an fp64 reference, ours
 //                                              against SDPA flash's (exit 1 above 1.5x)
 //   bench_attention --require-targets          also exit 1 when a speed target of the CUDA
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(static_cast<std::uint64_t>(std::random_device{}()));
   if (do_check) return check(json_path);
   std::vector<Row> all;
-  // GPT-2 small (causal and not), d128 at 4k both ways, and d128 causal at 8k and 16k (issue 22).
+  // GPT-2 small (causal and not), d128 at 4k both ways, and d128 causal at 8k and 16k.
   const std::vector<Shape> shapes = {{16, 12, 1024, 64, true}, {16, 12, 1024, 64, false}, {4, 16, 4096, 128, true},
                                      {4, 16, 4096, 128, false}, {2, 16, 8192, 128, true},  {1, 16, 16384, 128, true}};
   for (std::size_t x = 0; x < shapes.size(); ++x) {

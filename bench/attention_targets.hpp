@@ -1,6 +1,6 @@
 // The CUDA kernels issue's speed targets, checked from bench_attention's timings (fwd + bwd
 // time per shape): counters at least as fast as SDPA's cuDNN backend (what PyTorch 2.11 runs by
-// default on the H200), counters at most 5% and full at most 25% over off (issue 22). Counters
+// default on the H200), counters at most 5% and full at most 25% over off. Counters
 // against SDPA flash, the earlier baseline, is reported but no longer gates. Pure arithmetic, no
 // torch or CUDA, so that the unit tests run everywhere.
 #pragma once

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[i + 1]));
   }
   std::printf("device: %s; fwd+bwd at counters, median of %d\n", cuda::device_name().c_str(), reps);
-  // The d128 shape (since session 21: the seed-mma kernels' launch bounds differ by head dim) runs
+  // The d128 shape (the seed-mma kernels' launch bounds differ by head dim) runs
   // seed-mma and fa2 only; the CUDA-core kernels would take minutes there.
   const Shape shapes[] = {{"gpt2-small B16 H12 N1024 d64 causal", 16, 12, 1024, 64},
                           {"small B32 H6 N256 d64 causal", 32, 6, 256, 64},

@@ -8,7 +8,7 @@
 #
 # Set POLICY/FIX to the numerics you ship. JUnit goes to probe-results.xml for the CI UI.
 # FlashAttention-2 numerics (lpdiag's CUDA kernels, bit for bit) fail this check on the strong-sinks
-# family (docs/PROBE_RESULTS.md), which is the point: the gate catches a kernel that rounds with a
+# family (docs/results/kernel-survey.md), which is the point: the gate catches a kernel that rounds with a
 # bias. FIX=sr (stochastic rounding of O) passes it.
 set -uo pipefail
 lpdiag=${1:-build/tools/lpdiag}

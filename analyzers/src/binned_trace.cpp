@@ -32,7 +32,7 @@ bool measured(double x) { return std::isfinite(x); }
 
 // Reads in flight, not cores: a cold trace is read as ~100 KB chunks scattered over the file,
 // and each worker waits on one at a time. On the 2-core machine, 16 workers analyze a cold
-// 1M-step trace in under 9 s where 4 took 12.6 s and 1 took 17-19 s (docs/BENCHMARKS.md).
+// 1M-step trace in under 9 s where 4 took 12.6 s and 1 took 17-19 s (docs/results/performance.md).
 // Memory is about 20 MB per worker (PSS).
 constexpr int kDefaultWorkers = 16;
 
@@ -104,7 +104,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
   std::int64_t max_heads = 0;
   for (const Att& a : atts) max_heads = std::max(max_heads, a.heads);
   std::vector<HeadBin> acc(static_cast<std::size_t>(max_heads));
-  // /step must increase strictly (TRACE_FORMAT.md): checked here as the rows are read, from the
+  // /step must increase strictly (docs/reference/trace-format.md): checked here as the rows are read, from the
   // row before the range on, so every worker's share joins up with the previous one.
   std::int64_t prev = range.row0 > 0 ? r.steps(range.row0 - 1, 1)[0] : INT64_MIN;
   for (std::int64_t r0 = range.row0; r0 < range.row1; r0 += kChunk) {
@@ -194,7 +194,7 @@ void bin_rows(const TraceReader& r, const RowRange& range, BinnedTrace& bt, cons
       r.read_series(u + schema::kSimilarityPrev, r0, m, sim);
       for (std::int64_t i = 0; i < m; ++i) {
         LayerBin& lb = bt.layer_bins[q.slot * K + bin[i]];
-        // Both lie in [0, 1] by definition (TRACE_FORMAT.md); anything else is impossible.
+        // Both lie in [0, 1] by definition (docs/reference/trace-format.md); anything else is impossible.
         const bool conc_ok = measured(conc[i]) && conc[i] >= 0 && conc[i] <= 1 + 1e-9;
         const bool sim_ok = measured(sim[i]) && sim[i] >= 0 && sim[i] <= 1 + 1e-9;
         bt.other_impossible += (measured(conc[i]) && !conc_ok) + (measured(sim[i]) && !sim_ok);

@@ -14,11 +14,17 @@ LinkResult analyze_trigger(const BinnedTrace& t, std::int64_t only_layer, std::i
   const int K = t.bins;
   double best_effect = 0;
   std::string seen = "no attention counters in the trace";
+  bool any_counters = false;
   for (std::size_t l = 0; l < t.layers.size(); ++l)
     for (std::int64_t h = 0; h < t.heads; ++h) {
       if ((only_layer >= 0 && t.layers[l] != only_layer) || (only_head >= 0 && h != only_head)) continue;
       const auto r = repeated_rate(t, l, h);
-      if (tools::finite_values(r, 0, K).size() < 6) continue;
+      const std::size_t valued = tools::finite_values(r, 0, K).size();
+      if (valued > 0 && !any_counters) {
+        any_counters = true;
+        seen = fmt::format("attention counters in only {} time bins, too few (< 6) to tell a step from noise", valued);
+      }
+      if (valued < 6) continue;
       seen = "no (layer, head) whose repeated-max rate stepped up by max(6 noise s.d., 0.5 pct points) over its trend";
       const cp::Rise rise = cp::sustained_rise(r, 6, 0.005);
       if (!rise.ok || rise.d <= best_effect) continue;

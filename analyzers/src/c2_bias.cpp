@@ -38,7 +38,7 @@ Pool pool(const BinnedTrace& t, std::size_t l, std::int64_t h, int b0, int b1) {
 // often as the normal bound allows (8.7e-5 at 2 bins, 7.8e-6 at 12, against 2.6e-6; 1e7 draws
 // each): gen2's loss-spike nulls showed a false C2 about once in 12-24 traces. At 3 the excess
 // is at most 2.4x (6.3e-6 at 3 bins, 1.8e-6 at 12); a strong bias then needs 4 bins (at a bound
-// of ~5.3) instead of 2 to qualify (session 21, docs/ANALYZERS.md).
+// of ~5.3) instead of 2 to qualify (docs/reference/analyzers.md).
 constexpr double kClip = 3.0;
 
 // Sum of the clipped bin z over [b0, b1) / sqrt(bins with a value): robust to single outliers.
@@ -128,7 +128,7 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold, std::int64_t o
   // A weak bias that holds for long needs long windows. Across sparse `full` records (GPT-2 small
   // at --full-every 50: 40 records in 2,000 steps, about one per short window) no short window
   // reaches the bound while the whole run does: the paper's fix at lr 2e-3 leaned +12 z in one
-  // head and +1.5 z on average over all 144 (docs/REPRODUCTION.md, session 20). Windows of a
+  // head and +1.5 z on average over all 144 (docs/results/reproduction.md). Windows of a
   // quarter of the run and suffixes to its end are a second family with its own 1% family-wise
   // error, tried only when no head qualified on the short windows (whose onsets are sharper).
   const double z_long = std::max(z_threshold, z_for_two_sided(0.01 / tests_long));

@@ -43,8 +43,17 @@ LinkResult analyze_loss(const BinnedTrace& t) {
     r.onset_step = t.bin_step(b);
     r.effect = std::isinf(x[b]) ? INFINITY : x[b] / med;
     r.confidence = std::isinf(x[b]) ? 1.0 : tools::clamp01(1.0 - 8.0 / z);
-    r.evidence = std::isinf(x[b]) ? fmt::format("loss became non-finite at step {}", r.onset_step)
-                                  : fmt::format("loss jumped to {:.4g} against a rolling median of {:.4g} (robust z {:.1f})", x[b], med, z);
+    if (std::isinf(x[b])) {
+      r.evidence = fmt::format("loss became non-finite at step {}", r.onset_step);
+      return r;
+    }
+    // Where the loss went, not only where it first stood out: the peak from the onset on.
+    int peak = b;
+    for (int k = b; k < K; ++k)
+      if (std::isfinite(x[k]) && x[k] > x[peak]) peak = k;
+    r.evidence = fmt::format("loss rose from {:.4g} (the median before step {}) to {:.4g} at step {}{} (robust z {:.1f})", med, r.onset_step,
+                             x[b], r.onset_step,
+                             peak != b ? fmt::format(", and to {:.4g} by step {}", x[peak], t.bin_step(peak)) : std::string(), z);
     return r;
   }
   r.evidence = tools::finite_values(x, 0, K).empty() ? "the trace holds no loss values" : "no loss spike (robust z >= 8 over the rolling median)";

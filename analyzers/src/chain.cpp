@@ -149,11 +149,23 @@ std::string deciding_run(const std::string& counterfactual) {
 
 ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   ChainResult c;
+  c.records = full.records;
+  if (full.records < kMinRecords) {
+    c.judged = false;
+    c.run.healthy = true;  // no failure claimed; `judged` false says no verdict was reached either
+    for (auto& l : c.links) l.evidence = "not judged: too few records";
+    const char* names[] = {"trigger (repeated maxima)", "biased rounding (delta error)", "aligned low-rank updates", "spectral growth of W_Q",
+                           "loss explosion"};
+    for (std::size_t i = 0; i < c.links.size(); ++i) c.links[i].id = fmt::format("C{}", i + 1), c.links[i].name = names[i];
+    c.findings.push_back(fmt::format("too few records to judge: {} (need >= {}); record more steps, then analyze again", full.records,
+                                     kMinRecords));
+    return c;
+  }
   const BinnedTrace t = before_nonfinite(full);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
   // The strongest trigger may sit in another head than the growth: a run can have several heads
-  // with repeated maxima and a biased delta error (the GPT-2-small failure of docs/REPRODUCTION.md,
-  // session 22: layer 2 heads 1 and 7), and which one steps up most decides nothing. The chain
+  // with repeated maxima and a biased delta error (the GPT-2-small failure of docs/results/reproduction.md,
+  // layer 2 heads 1 and 7), and which one steps up most decides nothing. The chain
   // ends in the head that grew, so where W_Q's growth singles out a head, the trigger is asked
   // there too, by the same rule; found there, it is the chain's.
   // Link `i`, found strongest in another head than link `j`, asked again in j's head by
@@ -212,10 +224,10 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     else c.findings.push_back(fmt::format("{} {} not found: {}", l.id, l.name, l.evidence));
 
   // Onsets within a twentieth of the run (at least one bin) are together: that is the accuracy
-  // an onset is found to on ramps of any shape (docs/ANALYZERS.md), so no order can be read.
+  // an onset is found to on ramps of any shape (docs/reference/analyzers.md), so no order can be read.
   const int tol = std::max(1, t.bins / 20);
   // Growth shared by every head, where no head outgrew the others before the run failed (a head
-  // that goes on growing once the failure has begun, as in the lr-0.05 runs of docs/REAL_RUNS.md,
+  // that goes on growing once the failure has begun, as in the lr-0.05 runs of docs/results/validation.md,
   // does not make the failure's growth localized).
   const double g_all = global_growth(t);
   const bool c4_after_failure = c4.present && !c.run.healthy && c4.onset_bin > c.run.failure.onset_bin + tol;
@@ -325,7 +337,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // growth rate), said so in the findings.
   // The lags span the optimizer's memory in training steps (Adam's second moment at beta2 0.95:
   // ~20 steps), at most 3 bins: one lag where a bin holds 20 steps or more, so that a long run's
-  // test is not diluted by lags no response can take (before session 18: 3 bins whatever their
+  // test is not diluted by lags no response can take (formerly: 3 bins whatever their
   // width; gen2 recall +0 to +0.055 over eight seeds, precision unchanged).
   constexpr double kOptimizerMemorySteps = 20;
   const int max_lag = std::clamp(static_cast<int>(std::ceil(kOptimizerMemorySteps / std::max(1.0, t.bin_width))), 1,
@@ -372,12 +384,12 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // without a bias value: neither co-variation nor the correlation over the run can then be
   // tested, so the candidate is undecided for that reason, not rejected (gen2 with the errors
   // on every 25th record: most planted chains ended as "the bias does not track the growth
-  // rate" before, docs/ANALYZERS.md).
+  // rate" before, docs/reference/analyzers.md).
   const auto dz = delta_z(t, slot, c2.head);
   const int from = std::max(0, c4.onset_bin), since = t.bins - from;
   const int valued = static_cast<int>(tools::finite_values(dz, from, t.bins).size());
   // Before the power estimate: that estimate takes a bin's one recorded step for the bias of
-  // all the steps whose growth the bin holds, which sparse records do not show (session 22's
+  // all the steps whose growth the bin holds, which sparse records do not show (the lr 1e-3 GPT-2-small failure's
   // GPT-2-small run, the delta error every 5th bin: "powered" at z 7.8 on 15 bins).
   if (!covaries && 2 * valued < since) {
     c.driving = "timing";

@@ -170,7 +170,7 @@ double effect_at(const Fit& f, int b) {
   return f.change * std::min(1.0, double(b - f.tau) / f.width);
 }
 
-// Before session 21 a ramp's whole change counted, even one whose end lay past the data: a
+// formerly a ramp's whole change counted, even one whose end lay past the data: a
 // repeated-max rate that rose 0.001 over the last 6 bins before a NaN was fitted with a 29-bin ramp
 // and reported as a step of 0.011 (gen2 seed 42041). A hinge counted bins with data (n), not bins.
 double step_effect(const Fit& f) { return effect_at(f, f.bins - 1); }

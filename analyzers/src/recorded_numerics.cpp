@@ -64,7 +64,7 @@ void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
   if (c.run.healthy || !n.known || c.open_finding < 0 || c.open_finding >= static_cast<int>(c.findings.size())) return;
   // The paper's shift m = beta * max leaves the max entry exp(-(beta - 1) max): past a logit of
   // ~87 (beta 2) that underflows fp32 and the row sum can vanish. Every paper-fix run of
-  // docs/REAL_RUNS.md turned non-finite this way while its no-fix twin did not.
+  // docs/results/validation.md turned non-finite this way while its no-fix twin did not.
   if (n.fix == "paper" && c.run.failure.kind == "non_finite")
     c.findings.insert(c.findings.begin() + c.open_finding,
                       fmt::format("the paper's fix ran: its shift m = beta * max gives the largest entry exp(-(beta - 1) * max), which "

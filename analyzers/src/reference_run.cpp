@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
-#include <set>
 
 #include "lpdiag/analyzers/links.hpp"
 #include "series_tools.hpp"
@@ -14,49 +12,12 @@
 namespace lpdiag::analysis {
 namespace {
 
-// The run_config keys that name the attention numerics under comparison.
-constexpr const char* kAttentionKeys[] = {"attention", "policy", "fix", "precision"};
-// Those, and the keys that differ between any two runs: not differences beyond the numerics.
-const std::set<std::string> kNumericsKeys = [] {
-  std::set<std::string> k(std::begin(kAttentionKeys), std::end(kAttentionKeys));
-  k.insert({"instrument", "producer"});
-  return k;
-}();
-
-std::vector<std::string> differences(const std::string& a, const std::string& b) {
-  std::vector<std::string> out;
-  const auto ja = nlohmann::json::parse(a, nullptr, false), jb = nlohmann::json::parse(b, nullptr, false);
-  if (!ja.is_object() || !jb.is_object()) return out;
-  std::set<std::string> keys;
-  for (auto it = ja.begin(); it != ja.end(); ++it) keys.insert(it.key());
-  for (auto it = jb.begin(); it != jb.end(); ++it) keys.insert(it.key());
-  for (const auto& k : keys) {
-    if (kNumericsKeys.count(k)) continue;
-    const auto va = ja.contains(k) ? ja[k].dump() : std::string("(absent)"), vb = jb.contains(k) ? jb[k].dump() : std::string("(absent)");
-    if (va != vb) out.push_back(fmt::format("{}: {} vs {}", k, va, vb));
-  }
-  return out;
-}
-
-// "KEY: A vs B" of the first difference, "and N more" of the rest.
+// "A; B and N more" of a list of differences: the first two in full.
 std::string listed(const std::vector<std::string>& diffs) {
-  return diffs.front() + (diffs.size() > 1 ? fmt::format(" and {} more", diffs.size() - 1) : std::string());
-}
-
-// The attention numerics both configs name, when they name the same ("attention lpdiag, policy
-// seed-mma:tile=512, fix none, precision ..."); empty when either is not JSON, names none of
-// them, or any differs. Two runs of the same numerics (another seed, say) cannot show what other
-// numerics would have done.
-std::string same_numerics(const std::string& a, const std::string& b) {
-  const auto ja = nlohmann::json::parse(a, nullptr, false), jb = nlohmann::json::parse(b, nullptr, false);
-  if (!ja.is_object() || !jb.is_object()) return {};
-  std::string named;
-  for (const char* k : kAttentionKeys) {
-    const bool in_a = ja.contains(k), in_b = jb.contains(k);
-    if (in_a != in_b || (in_a && ja[k] != jb[k])) return {};
-    if (in_a) named += fmt::format("{}{} {}", named.empty() ? "" : ", ", k, ja[k].is_string() ? ja[k].get<std::string>() : ja[k].dump());
-  }
-  return named;
+  std::string out = diffs.front();
+  if (diffs.size() > 1) out += "; " + diffs[1];
+  if (diffs.size() > 2) out += fmt::format(" and {} more", diffs.size() - 2);
+  return out;
 }
 
 // Whether a run's trace holds the signal a failure of `kind` is read from: the loss is in every
@@ -105,9 +66,10 @@ double growth_between(const BinnedTrace& t, std::size_t slot, std::int64_t head,
 
 // The head C4 singled out in RUN, measured in REF over the same steps. Absent where RUN has no
 // localized C4 or either trace lacks per-head sigma_1 for that head's layer.
-// `same`: where REF ran RUN's own numerics, why that comparison says nothing of them (empty otherwise).
+// `no_claim`: where REF is no counterfactual of RUN (the same numerics, or other differences
+// too), why the comparison says nothing of the numerics (empty otherwise).
 std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, const BinnedTrace& rt, const BinnedTrace& ft,
-                                                        const std::string& cfg, const std::string& same) {
+                                                        const std::string& no_claim) {
   const LinkResult& c4 = run.links[3];
   if (!c4.present || c4.head < 0 || !rt.has_head_sigma || !ft.has_head_sigma) return std::nullopt;
   if (std::find(ft.layers.begin(), ft.layers.end(), c4.layer_index) == ft.layers.end() || c4.head >= ft.heads) return std::nullopt;
@@ -128,12 +90,12 @@ std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, 
   g.ref_median_growth = tools::median(all);
   // 1.3: C4's own margin for a head that grew beyond the others.
   const bool stands_out_in_ref = g.ref_growth >= 1.3 * g.ref_median_growth;
-  g.by_numerics = same.empty() && g.run_growth >= 1.3 * g.ref_growth && !stands_out_in_ref;
+  g.by_numerics = no_claim.empty() && g.run_growth >= 1.3 * g.ref_growth && !stands_out_in_ref;
   const std::string head = fmt::format("layer {} head {}, whose W_Q grew beyond the other heads in RUN (C4), grew {:.2f}x over steps {}..{} "
                                        "in RUN and {:.2f}x in REF (REF's median head {:.2f}x)",
                                        g.layer_index, g.head, g.run_growth, g.from_step, g.to_step, g.ref_growth, g.ref_median_growth);
-  if (!same.empty()) {
-    g.evidence = head + ": " + same;
+  if (!no_claim.empty()) {
+    g.evidence = head + ": " + no_claim;
     return g;
   }
   if (g.by_numerics)
@@ -146,38 +108,42 @@ std::optional<HeadGrowthComparison> compare_head_growth(const ChainResult& run, 
   if (!run.run.healthy && c4.onset_step > run.run.failure.onset_step)
     g.evidence += fmt::format("; it began after the failure (step {}): part of how the failure unfolded, not its cause",
                               run.run.failure.onset_step);
-  g.evidence += cfg;
   return g;
 }
 
 }  // namespace
 
 ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
-                                           const std::string& run_config, const std::string& ref_config, const BinnedTrace* run_t,
+                                           const RunFacts& run_facts, const RunFacts& ref_facts, const BinnedTrace* run_t,
                                            const BinnedTrace* ref_t) {
   ReferenceComparison r;
   r.path = ref_path;
   r.failed = !ref.run.healthy;
-  r.config_differences = differences(run_config, ref_config);
+  r.config_differences = differences_beyond_numerics(run_facts, ref_facts);
   const RunVerdict &a = run.run, &b = ref.run;
   const std::string both = fmt::format("RUN: {}; REF: {}", describe(a), describe(b));
-  const std::string cfg =
-      r.config_differences.empty()
-          ? std::string()
-          : fmt::format("; but the runs differ beyond the attention numerics ({}), so the comparison is weaker", listed(r.config_differences));
-  const std::string numerics = same_numerics(run_config, ref_config);
-  // Nothing about the numerics follows from a REF that ran the same ones: neither that they
-  // caused RUN's failure (REF, at another seed, did not fail) nor that they did not.
-  const std::string same =
-      numerics.empty()
-          ? std::string()
-          : fmt::format("REF ran the same attention numerics as RUN ({}), so it cannot show what other numerics would have done; the runs "
-                        "differ {}",
-                        numerics,
-                        r.config_differences.empty() ? std::string("by chance alone (e.g. GPU nondeterminism)") : "in " + listed(r.config_differences));
-  if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, cfg, same);
-  if (!same.empty()) {
-    r.evidence = both + ": " + same + "; the run that decides: the same config with fp32 attention or with a fix";
+  const std::string decides = "the run that decides: RUN's config, seed and data with only the attention numerics changed "
+                              "(fp32 attention, or the fix)";
+  // REF is a counterfactual of RUN only when the two differ in the attention numerics and in
+  // nothing else. Otherwise nothing follows about the numerics, either way: the answer is null.
+  std::string no_claim;
+  if (const std::string numerics = same_numerics(run_facts, ref_facts); !numerics.empty())
+    no_claim = fmt::format("REF ran the same attention numerics as RUN ({}), so it cannot show what other numerics would have done; "
+                           "the runs differ {}",
+                           numerics,
+                           r.config_differences.empty() ? std::string("by chance alone (e.g. GPU nondeterminism)")
+                                                        : "in " + listed(r.config_differences));
+  else if (!r.config_differences.empty())
+    no_claim = fmt::format("RUN and REF differ beyond the attention numerics ({}), so REF is no counterfactual of RUN and "
+                           "cannot show what the numerics did",
+                           listed(r.config_differences));
+  else if (!a.healthy && ref_facts.last_step >= 0 && ref_facts.last_step < a.failure.onset_step)
+    no_claim = fmt::format("REF ends at step {}, before RUN's failure began (step {}), so it cannot show whether other numerics "
+                           "avoid that failure",
+                           ref_facts.last_step, a.failure.onset_step);
+  if (run_t && ref_t) r.head_growth = compare_head_growth(run, *run_t, *ref_t, no_claim);
+  if (!no_claim.empty()) {
+    r.evidence = both + ": " + no_claim + "; " + decides;
     return r;
   }
   double a_loss = a.final_loss, b_loss = b.final_loss;
@@ -201,11 +167,11 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
                                       "a degradation the attention numerics caused, as far as one pair of runs can tell (the same "
                                       "configuration can end a few percent apart from run to run, e.g. through GPU nondeterminism: "
                                       "pairs at other seeds confirm it)",
-                                      100 * rel, a_loss, b_loss, at) + cfg;
+                                      100 * rel, a_loss, b_loss, at);
       return r;
     }
     r.evidence = both + ": RUN did not fail, there is no failure to attribute" +
-                 (std::isfinite(rel) ? fmt::format(" (final loss {:.4g} against {:.4g}{})", a_loss, b_loss, at) : std::string()) + cfg;
+                 (std::isfinite(rel) ? fmt::format(" (final loss {:.4g} against {:.4g}{})", a_loss, b_loss, at) : std::string());
     return r;
   }
   // RUN failed on a signal REF did not record (logits, with PyTorch's own attention): REF's
@@ -214,19 +180,19 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   if (b.healthy && !observes(b, a.failure.kind)) {
     const std::string base = both + fmt::format(": REF does not record what RUN failed on ({}); final loss {:.4g} against {:.4g}{}",
                                                 a.failure.kind, a_loss, b_loss, at);
-    if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics" + cfg;
+    if (std::fabs(rel) <= 0.03) r.attributable = false, r.evidence = base + ": the same outcome with other attention numerics";
     else if (const FailureSign* p = plateau(b); p && rel > 0.05)
       r.evidence = base + fmt::format(": RUN's loss ended {:.0f}% above REF's, but REF stopped learning too (a loss plateau from step {}): "
                                       "the other numerics made the run less bad, not healthy; a learning rate at which REF learns decides",
-                                      100 * rel, p->onset_step) + cfg;
-    else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": RUN's loss ended {:.0f}% above REF's", 100 * rel) + cfg;
-    else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare" + cfg;
+                                      100 * rel, p->onset_step);
+    else if (rel > 0.05) r.attributable = true, r.evidence = base + fmt::format(": RUN's loss ended {:.0f}% above REF's", 100 * rel);
+    else r.evidence = base + ": too close to tell, too far to call alike; record REF with that signal (lpdiag's attention) to compare";
     return r;
   }
   if (const FailureSign* p = plateau(b); b.healthy && p) {
     r.evidence = both + fmt::format(": REF did not fail, but it stopped learning (a loss plateau from step {}), so it cannot show that "
                                     "other numerics save the run; a learning rate at which REF learns decides",
-                                    p->onset_step) + cfg;
+                                    p->onset_step);
     return r;
   }
   if (b.healthy) {
@@ -234,8 +200,7 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
     r.evidence = both + ": the same run with other attention numerics did not fail" +
                  (std::isfinite(a_loss) && std::isfinite(b_loss)
                       ? fmt::format(" (loss, the median of the last tenth of the steps: {:.4g} against {:.4g}{})", a_loss, b_loss, at)
-                      : std::string()) +
-                 cfg;
+                      : std::string());
     return r;
   }
   // Both failed. Alike: the same kind, or the same family (the loss blew up or stalled in both,
@@ -245,20 +210,20 @@ ReferenceComparison compare_with_reference(const std::string& ref_path, const Ch
   // Failing the same way does not make two runs alike when REF still learned clearly more: the
   // other numerics then lessened the failure without preventing it, and whether RUN's numerics
   // caused it is open (seed-mma/none against the paper's fix, GPT-2 small at lr 2e-3 seed 2: both
-  // collapsed their logits, seed/none's loss ended 24% above the fix's, docs/REPRODUCTION.md).
+  // collapsed their logits, seed/none's loss ended 24% above the fix's, docs/results/reproduction.md).
   if (alike && rel > 0.05) {
     r.evidence = both + fmt::format(": REF fails the same way, but RUN's loss ended {:.0f}% above REF's ({:.4g} against {:.4g}{}): the other "
                                     "numerics lessened the failure without preventing it; fp32 attention as the reference decides",
-                                    100 * rel, a_loss, b_loss, at) + cfg;
+                                    100 * rel, a_loss, b_loss, at);
     return r;
   }
   if (alike) {
     r.attributable = false;
-    r.evidence = both + ": the run fails alike with other attention numerics, so its failure is not caused by them" + cfg;
+    r.evidence = both + ": the run fails alike with other attention numerics, so its failure is not caused by them";
     return r;
   }
   r.evidence = both + ": REF fails in another way, so it cannot tell whether RUN's numerics caused RUN's failure"
-               " (a fix that turns the failure non-finite is itself unstable here; try fp32 attention as the reference)" + cfg;
+               " (a fix that turns the failure non-finite is itself unstable here; try fp32 attention as the reference)";
   return r;
 }
 

@@ -3,15 +3,15 @@
 //   reaches >= 100, and either stays there (the median of the last fifth of the run >= 100) or
 //   reaches >= 1000. Healthy GPT-2-small training on the H200 grew it ~3x per tenth (1.7 -> 88
 //   over 700 steps); the failing learning rates did 140x-60,000x within a few dozen steps and
-//   stayed at 1,800-2,000,000 (docs/REAL_RUNS.md). At 100 the bf16 spacing of a logit is 0.5: the
-//   softmax is one-hot. A small model at a high learning rate (docs/REPRODUCTION.md) rose to
+//   stayed at 1,800-2,000,000 (docs/results/validation.md). At 100 the bf16 spacing of a logit is 0.5: the
+//   softmax is one-hot. A small model at a high learning rate (docs/results/reproduction.md) rose to
 //   126 in its first 500 steps and settled at ~50 while its loss tracked the fp32 run's: a
 //   transient, not a collapse, so a peak alone does not make the verdict.
 //   And the logits must have cost the run its learning: the loss over the last tenth of the run
 //   less than 10% below the loss at its middle tenth. The failing corpus runs improved 2.0-6.8%
 //   over their second half (stall 2.0%, stall-safe 2.2%, explode 4.7-6.8%); every run that kept
 //   learning 12.6-42%, among them small models at lr 6e-3 whose logits reached 300-3,000 while
-//   their loss tracked the fp32 run's to within 3% (docs/REPRODUCTION.md, session 14). Growth
+//   their loss tracked the fp32 run's to within 3% (docs/results/reproduction.md). Growth
 //   with the loss still learning is a warning (RunVerdict::warnings), not a failure. So is a rise
 //   the run learned through, whatever happened at its end: the loss fell >= 30% after it
 //   (improvement_after below; a later explosion is a failure of its own, not the logits').
@@ -56,7 +56,7 @@ namespace {
 // 300-step stall at lr 6e-3 fell 17% more after its steps 63-93). A collapse that stops the run
 // learning leaves the loss where it was then (GPT-2 small at lr 2e-3: on the character-frequency
 // plateau, 2.3-2.5, to the end; the paper's fix at seed 2 left it for 1.96, 18% lower); a rise
-// the run learned through does not (seed-mma/none at lr 1e-3 seed 3, session 24: the logits
+// the run learned through does not (seed-mma/none at lr 1e-3 seed 3, the logits
 // passed 100 by step 245; from ~0.95 at steps 1,030-1,530 the loss fell to 0.31, and only then,
 // from step ~4,450, it exploded). Measured on every trace of the fixtures with a collapse: the
 // failures 6-9% (the lr 2e-3 GPT-2 arms -1% to 7%), the runs that learned 20-82%, seed 3's 61%;
@@ -188,7 +188,7 @@ bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign&
       break;
     }
   // A loss that ends at twice its best or more has not stalled: it exploded, over more steps
-  // than the C5 spike test sees at once (seed-mma/none at lr 1e-3 seed 3, session 24: 0.31 ->
+  // than the C5 spike test sees at once (seed-mma/none at lr 1e-3 seed 3, 0.31 ->
   // 3.07 over ~500 steps, the gradient norm 0.3 -> 5,700, never one bin at robust z 8).
   const bool exploded = end >= 2 * xs[best];
   s = {exploded ? "loss_explosion" : "loss_stall", t.bin_step(onset), onset,
@@ -209,9 +209,9 @@ std::vector<double> finite_loss(const std::vector<double>& loss) {
 
 // A run that learned at first and then stopped: the loss fell >= 20% from its first bins to the
 // first fifth of the run and < 3% over the remaining four fifths. GPT-2 small at lr 3e-3 in fp32 attention
-// (docs/REPRODUCTION.md, session 18) fell 4.72 -> 2.44 in ~40 steps and sat at 2.43-2.45 for the
+// (docs/results/reproduction.md) fell 4.72 -> 2.44 in ~40 steps and sat at 2.43-2.45 for the
 // next 1,900 (the character frequencies, nothing of context), while every run that kept learning
-// improved 12.6-42% over its second half alone (docs/REAL_RUNS.md, REPRODUCTION.md). A trace
+// improved 12.6-42% over its second half alone (docs/results/validation.md, docs/results/reproduction.md). A trace
 // of a converged run's tail does not show the early fall. Only a warning: healthy GPT-2 runs at
 // lr 1e-3 sit on that plateau (2.36) for a few hundred steps before they learn context, so a
 // short trace of one looks the same.
@@ -275,7 +275,7 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
   } else if (v.max_logit >= 1000) {
     // Logits that reached one-hot softmax territory more slowly than a collapse: not the failure
     // rule, but never unsaid. GPT-2 small at lr 2e-3 with the paper's fix rose 20x per tenth to
-    // 7,424 while the run without the fix rose 30x to 4,896 and failed by the rule (session 18).
+    // 7,424 while the run without the fix rose 30x to 4,896 and failed by the rule.
     int peak = 0;  // the first bin that holds the maximum (NaN bins hold none)
     while (peak + 1 < t.bins && !(v.logit_series[static_cast<std::size_t>(peak)] == v.max_logit)) ++peak;
     FailureSign w{"attention_logit_growth", t.bin_step(peak), peak,

@@ -31,14 +31,14 @@ int train(int argc, char** argv) {
   app.add_option("--warmup", warmup)->capture_default_str();
   app.add_option("--policy", cfg.policy, "Attention numerics: fa2, seed, seed-mma, fp32, fp8-p (seed and seed-mma take :tile=N)")->capture_default_str();
   app.add_option("--fix", cfg.fix, "none, paper, safe")->capture_default_str();
-  app.add_option("--instrument", cfg.instrument, "off, counters, full")->capture_default_str();
+  app.add_option("--level", cfg.instrument, "Instrumentation level of the attention op: off, counters, full")->capture_default_str();
   app.add_option("--full-every", full_every,
-                 "With --instrument full: full (O and delta errors) every N steps, counters in between; 0 = every step")
+                 "With --level full: full (O and delta errors) every N steps, counters in between; 0 = every step")
       ->capture_default_str();
   app.add_option("--text", text, "Training text")->capture_default_str();
   app.add_option("--seed", seed)->capture_default_str();
   std::string device = "cpu";
-  bool no_monitor = false;
+  bool no_monitor = false, overwrite = false;
   int64_t timed_from = 10, weights_every = 1;
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
   app.add_option("--attention", cfg.attention,
@@ -57,6 +57,7 @@ int train(int argc, char** argv) {
   int64_t data_seed = -1;
   app.add_option("--data-seed", data_seed, "Seed of the batch order (default: --seed); counterfactual runs keep it")->capture_default_str();
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
+  app.add_flag("--overwrite", overwrite, "Replace an existing trace at --out (without it, an existing file is refused and left untouched)");
   bool activations = true;
   app.add_flag("!--no-activations", activations, "Do not record the blocks' output statistics");
   app.add_option("--weights-every", weights_every, "Monitor cadence of weight and update statistics (steps)")->capture_default_str();
@@ -115,7 +116,7 @@ int train(int argc, char** argv) {
                                  cfg.policy + "\",\"fix\":\"" + cfg.fix + "\",\"text\":\"" + corpus.source + "\"}";
   // lpdiag: the Monitor and its role map (fused c_attn -> q, k, v of each layer).
   auto monitor = no_monitor ? c10::intrusive_ptr<lpdiag::hooks::Monitor>()
-                            : c10::make_intrusive<lpdiag::hooks::Monitor>(out, cfg.n_layer, cfg.n_head, cfg.n_embd / cfg.n_head, run_config, 0, 1);
+                            : c10::make_intrusive<lpdiag::hooks::Monitor>(out, cfg.n_layer, cfg.n_head, cfg.n_embd / cfg.n_head, run_config, 0, 1, overwrite);
   for (int64_t l = 0; monitor && l < cfg.n_layer; ++l) {
     auto& b = model->blocks[static_cast<std::size_t>(l)];
     if (cfg.attention == "lpdiag") monitor->set_attention_numerics(l, cfg.policy, cfg.fix);

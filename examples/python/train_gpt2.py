@@ -26,6 +26,7 @@ except ImportError:  # run from a source checkout without PYTHONPATH: the packag
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=None, help="liblpdiag_torch.so (default: $LPDIAG_TORCH_LIBRARY, the package's copy, the build tree)")
 p.add_argument("--out", default="out/py.h5")
+p.add_argument("--overwrite", action="store_true", help="replace an existing trace at --out")
 p.add_argument("--steps", type=int, default=100)
 p.add_argument("--n-layer", type=int, default=2)
 p.add_argument("--n-head", type=int, default=2)
@@ -92,7 +93,7 @@ if distributed:
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
 gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
 first = loss = None
-with lpdiag.Monitor(args.out, model, policy=args.policy, fix=args.fix, run_config={"model": "nanogpt", "lr": args.lr},  # lpdiag
+with lpdiag.Monitor(args.out, model, overwrite=args.overwrite, policy=args.policy, fix=args.fix, run_config={"model": "nanogpt", "lr": args.lr},  # lpdiag
                     activations={f"h.{l}.out": b for l, b in enumerate(blocks)}) as mon:  # lpdiag: each block's max |x|, rms
     for step in range(args.steps):
         lr = args.lr * min(1.0, (step + 1) / 20) * (0.55 + 0.45 * math.cos(math.pi * step / args.steps))

@@ -39,9 +39,7 @@ AttentionSpec make_spec(bool causal, const std::string& policy, const std::strin
   try {
     return parse_attention_spec(policy, fix, level, causal);
   } catch (const Error& e) {
-    std::string m = e.what();
-    if (m.rfind("instrumentation level must", 0) == 0) m = "instrument must" + m.substr(std::string("instrumentation level must").size());
-    TORCH_CHECK(false, "lpdiag::attention: ", m);
+    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
   }
   return {};  // not reached: TORCH_CHECK(false, ...) throws
 }
@@ -60,7 +58,7 @@ torch::Tensor from_floats(const std::vector<float>& x, const torch::Tensor& like
   return torch::from_blob(const_cast<float*>(x.data()), like.sizes(), torch::kFloat32).clone().to(like.scalar_type());
 }
 
-// The capture of DESIGN.md's replay: the layer's inputs, dO and outputs at the requested step.
+// The capture of docs/design.md's replay: the layer's inputs, dO and outputs at the requested step.
 void write_capture_file(const CaptureRequest& req, int64_t layer, const AttentionSpec& spec,
                         const torch::Tensor& q, std::vector<float> qf, std::vector<float> kf, std::vector<float> vf,
                         std::vector<float> gf, std::vector<float> o, std::vector<float> lse) {
@@ -78,7 +76,7 @@ void write_capture_file(const CaptureRequest& req, int64_t layer, const Attentio
   c.o = std::move(o);
   c.lse = std::move(lse);
   write_capture(req.path, c);
-  CaptureBoard::instance().done(req.path);
+  CaptureBoard::instance().done(req.layer, req.path);
 }
 
 torch::Tensor no_tensor(const torch::Tensor& like) { return torch::empty({0}, like.options().dtype(torch::kFloat32)); }
@@ -97,7 +95,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torc
   check_tensor(v, "v", q);
   const AttentionSpec spec = make_spec(causal, policy, fix, instrument);
   const AttentionConfig& cfg = spec.config;
-  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, spec.policy(), spec.fix_json());  // what ran, for the trace
+  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, spec.policy(), spec.fix_json(), spec.to_json());  // what ran, for the trace
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
     FlashForwardTensors f = cuda_attention_forward(q, k, v, spec, spec.level == Level::off ? -1 : layer_index);
@@ -190,7 +188,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["policy"] = policy;
     ctx->saved_data["fix"] = fix;
-    ctx->saved_data["instrument"] = instrument;
+    ctx->saved_data["level"] = instrument;
     ctx->saved_data["layer"] = layer_index;
     at::AutoDispatchBelowADInplaceOrView below;
     auto [o, lse, residual] = op.call(q, k, v, causal, policy, fix, instrument, layer_index);
@@ -202,7 +200,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_bwd", "").typed<BwdSig>();
     const auto saved = ctx->get_saved_variables();
     const std::string policy = ctx->saved_data["policy"].toStringRef(), fix = ctx->saved_data["fix"].toStringRef(),
-                      instrument = ctx->saved_data["instrument"].toStringRef();
+                      instrument = ctx->saved_data["level"].toStringRef();
     auto [dq, dk, dv] = op.call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
                                 ctx->saved_data["causal"].toBool(), policy, fix, instrument, ctx->saved_data["layer"].toInt());
     return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};

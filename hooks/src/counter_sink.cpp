@@ -53,11 +53,12 @@ std::vector<std::int64_t> CounterSink::drain_orphans() {
   return out;
 }
 
-void CounterSink::report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json) {
+void CounterSink::report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json, const std::string& json) {
   std::lock_guard<std::mutex> lock(mu_);
   Spec& s = specs_[layer];
   if (s.policy != policy) s.policy = policy;
   if (s.fix_json != fix_json) s.fix_json = fix_json;
+  if (s.json != json) s.json = json;
 }
 
 bool CounterSink::reported_spec(std::int64_t layer, Spec& out) {
@@ -115,14 +116,20 @@ void CaptureBoard::request(const CaptureRequest& r) {
   pending_[r.layer] = r;
 }
 
+namespace {
+std::int64_t session_of(std::int64_t layer) { return layer < 0 ? -1 : layer / kSessionLayers * kSessionLayers; }
+}  // namespace
+
 bool CaptureBoard::take(std::int64_t layer, CaptureRequest& out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(layer);
   if (it == pending_.end()) return false;
-  if (step_ >= 0 && it->second.step >= 0 && it->second.step != step_) {
-    if (it->second.step > step_) return false;  // not yet
+  const auto st = step_.find(session_of(layer));
+  const std::int64_t step = st == step_.end() ? -1 : st->second;
+  if (step >= 0 && it->second.step >= 0 && it->second.step != step) {
+    if (it->second.step > step) return false;  // not yet
     std::fprintf(stderr, "lpdiag: capture of layer %lld at step %lld dropped: that step has already run (now at step %lld)\n",
-                 (long long)layer, (long long)it->second.step, (long long)step_);
+                 (long long)layer, (long long)it->second.step, (long long)step);
     pending_.erase(it);
     return false;
   }
@@ -131,21 +138,30 @@ bool CaptureBoard::take(std::int64_t layer, CaptureRequest& out) {
   return true;
 }
 
-void CaptureBoard::set_step(std::int64_t step) {
+void CaptureBoard::set_step(std::int64_t session, std::int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  step_ = step;
+  step_[session] = step;
 }
 
-void CaptureBoard::done(const std::string& path) {
+void CaptureBoard::done(std::int64_t layer, const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  done_.push_back(path);
+  done_[session_of(layer)].push_back(path);
 }
 
-std::vector<std::string> CaptureBoard::drain_done() {
+std::vector<std::string> CaptureBoard::drain_done(std::int64_t session) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto out = std::move(done_);
-  done_.clear();
+  auto it = done_.find(session);
+  if (it == done_.end()) return {};
+  auto out = std::move(it->second);
+  done_.erase(it);
   return out;
+}
+
+void CaptureBoard::forget(std::int64_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_.erase(session);
+  done_.erase(session);
+  for (auto it = pending_.begin(); it != pending_.end();) it = session_of(it->first) == session ? pending_.erase(it) : std::next(it);
 }
 
 }  // namespace lpdiag::hooks

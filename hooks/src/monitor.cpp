@@ -40,14 +40,17 @@ struct Monitor::StatsGraph {
 };
 
 Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
-                 int64_t world_size)
+                 int64_t world_size, bool overwrite)
     : run_config_(std::move(run_config)), n_layer_(n_layer), n_head_(n_head), head_dim_(head_dim), rank_(rank),
       world_size_(world_size) {
   TORCH_CHECK(n_layer > 0 && n_head > 0 && head_dim > 0, "lpdiag.Monitor: n_layer, n_head and head_dim must be positive");
   TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "lpdiag.Monitor: rank ", rank, " is not in [0, ", world_size, ")");
-  stem_ = path.size() > 3 && path.substr(path.size() - 3) == ".h5" ? path.substr(0, path.size() - 3) : path;
+  // The path as given. Rank files of a distributed run insert ".rankN" before a ".h5" (or append
+  // it); captures are named after the stem.
+  const bool h5 = path.size() > 3 && path.substr(path.size() - 3) == ".h5";
+  stem_ = h5 ? path.substr(0, path.size() - 3) : path;
   if (world_size > 1) stem_ += ".rank" + std::to_string(rank);
-  path_ = stem_ + ".h5";
+  path_ = h5 || world_size > 1 ? stem_ + (h5 ? ".h5" : "") : path;
   // Fail now if the trace cannot be written; the writer itself opens at the first record, when
   // the role map is complete. Nothing is created, truncated or removed here: the path may be a
   // live trace of another run.
@@ -58,17 +61,21 @@ Monitor::Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head
     const fs::path dir = p.parent_path();
     TORCH_CHECK(fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) == 0, "lpdiag.Monitor: cannot write the trace ", path_,
                 " (does the directory exist and is it writable?)");
+    TORCH_CHECK(!path.empty() && path.back() != '/' && !fs::is_directory(p, ec), "lpdiag.Monitor: ", path.empty() ? "''" : path,
+                " is a directory; give the trace a file name (e.g. run.h5)");
     TORCH_CHECK(!fs::exists(p, ec) || (fs::is_regular_file(p, ec) && ::access(p.c_str(), W_OK) == 0), "lpdiag.Monitor: ", path_,
                 " exists and is not a writable file");
     TORCH_CHECK(!WriterLock::held_by_another(path_), "lpdiag.Monitor: ", path_,
                 " is being recorded by another writer now; give this run another path (it was left untouched)");
+    TORCH_CHECK(overwrite || !fs::exists(p, ec), "lpdiag.Monitor: ", path_,
+                " already exists; it was left untouched (pass overwrite=True to replace it, or give this run another path)");
   }
   // Until the first record says otherwise, the next forward is step 0 (a run that resumes at step
   // k > 0 says so with set_start_step).
-  CaptureBoard::instance().set_step(0);
   for (int64_t l = 0; l < n_layer; ++l)
     layout_.attention.push_back({"layer." + std::to_string(l) + ".attn", l, n_head, head_dim, "fa2", R"({"kind":"none"})"});
   session_base_ = acquire_session();  // last: a constructor that throws holds no session
+  CaptureBoard::instance().set_step(session_base_, 0);
 }
 
 Monitor::~Monitor() {
@@ -146,6 +153,7 @@ void Monitor::set_attention_numerics(int64_t layer, std::string policy, std::str
 void Monitor::set_flush_every(int64_t records) {
   TORCH_CHECK(records >= 1, "lpdiag.Monitor: flush_every must be >= 1");
   flush_every_ = records;
+  if (writer_) writer_->set_flush_every(static_cast<int>(records));  // a live trace takes it from the next record
 }
 
 void Monitor::set_compression(int64_t level) {
@@ -170,7 +178,7 @@ void Monitor::set_start_step(int64_t step) {
   TORCH_CHECK(step >= 0, "lpdiag.Monitor.set_start_step: step must be >= 0, got ", step);
   TORCH_CHECK(records_ == 0, "lpdiag.Monitor.set_start_step: call it before the first record (", records_,
               " records written)");
-  CaptureBoard::instance().set_step(step);
+  CaptureBoard::instance().set_step(session_base_, step);
 }
 
 void Monitor::request_capture(int64_t layer, int64_t step) {
@@ -199,6 +207,7 @@ void Monitor::open_writer() {
     // and go on without a trace (a second writer on a live trace is refused at construction).
     std::fprintf(stderr, "lpdiag.Monitor: cannot create the trace: %s; training goes on without a trace\n", e.what());
     no_trace_ = true;
+    trace_error_ = e.what();
   }
 }
 
@@ -303,14 +312,27 @@ bool Monitor::record(int64_t step, double loss, double lr, double grad_norm) {
 void Monitor::start() {
   // Each layer's numerics as the op reported them (it ran before this first record); a layer the
   // op has not run is recorded as external (attention lpdiag did not run), unless it was declared.
+  std::vector<TraceEvent> contradicted;
   for (std::size_t l = 0; l < layout_.attention.size(); ++l) {
     auto& a = layout_.attention[l];
     CounterSink::Spec s;
-    if (CounterSink::instance().reported_spec(session_base_ + a.layer_index, s)) a.policy = s.policy, a.fix = s.fix_json;
-    else if (!declared_.count(a.layer_index)) a.policy = "external", a.fix = R"({"kind":"none"})";
+    if (CounterSink::instance().reported_spec(session_base_ + a.layer_index, s)) {
+      // A declaration the op contradicts: the trace records what ran, and says so.
+      if (declared_.count(a.layer_index) && (s.policy != a.policy || s.fix_json != a.fix)) {
+        std::fprintf(stderr, "lpdiag.Monitor: layer %lld was declared policy %s fix %s but the op ran policy %s fix %s; the trace "
+                             "records what ran\n",
+                     static_cast<long long>(a.layer_index), a.policy.c_str(), a.fix.c_str(), s.policy.c_str(), s.fix_json.c_str());
+        contradicted.push_back({0, "declared_numerics_contradicted", static_cast<std::int32_t>(a.layer_index), -1, NAN,
+                                ("declared policy " + a.policy + " fix " + a.fix).substr(0, 120)});
+      }
+      a.policy = s.policy, a.fix = s.fix_json, a.spec = s.json;
+    } else if (!declared_.count(a.layer_index)) {
+      a.policy = "external", a.fix = R"({"kind":"none"})";
+    }
   }
   open_writer();
   if (no_trace_) return;
+  for (auto& e : contradicted) writer_->add_event(e);
   termination::install();
   // A loop stuck after SIGTERM: when the grace has run out, keep the records since the last flush
   // (the buffered rows) and the record whose statistics are on their way from the device, if
@@ -348,7 +370,8 @@ void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int
     for (const auto& a : layout_.attention) known = known || (a.layer_index == local && static_cast<int64_t>(heads.size()) == n_head_);
     if (!known && warned_layers_.insert(id).second) {
       std::fprintf(stderr, "lpdiag.Monitor: attention counters arrived for layer %lld (%zu heads), which this Monitor does not "
-                           "have (%lld layers of %lld heads); they are not recorded\n",
+                           "have (%lld layers of %lld heads); they are not recorded. A wrong n_head, or q, k, v passed as "
+                           "(B, N, H, d) where (B, H, N, d) is expected? `lpdiag analyze` will say so too\n",
                    static_cast<long long>(local), heads.size(), static_cast<long long>(layout_.attention.size()),
                    static_cast<long long>(n_head_));
       writer_->add_event({r.step, "unregistered_layer", static_cast<std::int32_t>(local), -1, NAN,
@@ -387,7 +410,21 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
     termination::reraise(sig);
   }
   if (!writer_ && !no_trace_) start();
-  CaptureBoard::instance().set_step(step + 1);  // the next forward belongs to the next step
+  // A step recorded again (a gradient-accumulation loop calling record() per micro-batch): the
+  // trace keeps the first record of each step, and training goes on; said once, and as an event.
+  if (records_ > 0 && step <= last_step_) {
+    if (!warned_step_order_) {
+      warned_step_order_ = true;
+      std::fprintf(stderr, "lpdiag.Monitor: step %lld recorded after step %lld; records whose step does not increase are skipped "
+                           "(call record() once per optimizer step); training goes on\n",
+                   static_cast<long long>(step), static_cast<long long>(last_step_));
+      if (writer_) writer_->add_event({last_step_, "step_not_increasing", -1, -1, static_cast<double>(step),
+                                       "record() called with a step (value) that does not increase; skipped"});
+    }
+    return true;
+  }
+  last_step_ = step;
+  CaptureBoard::instance().set_step(session_base_, step + 1);  // the next forward belongs to the next step
   if (no_trace_) {
     ++records_;
     return !(stop_on_nan_ && !std::isfinite(loss.item<double>()));
@@ -483,7 +520,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   if (ud)
     for (auto& g : groups_) g->keep_as_previous();
   activation_values_.clear();
-  for (const auto& p : CaptureBoard::instance().drain_done()) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
+  for (const auto& p : CaptureBoard::instance().drain_done(session_base_)) writer_->add_event({step, "capture_written", -1, -1, NAN, p});
   const bool stop = stop_on_nan_ && !std::isfinite(r->scalars[0]);
   pending_record_ = std::move(r);
   pending_fetch_ = std::move(fetch);
@@ -512,7 +549,10 @@ void Monitor::finish_pending(int64_t next_step) {
 
 void Monitor::close() {
   std::lock_guard<std::recursive_mutex> io(io_mutex_);
-  if (session_base_ >= 0 && !session_released_) release_session(session_base_), session_released_ = true;
+  if (session_base_ >= 0 && !session_released_) {
+    CaptureBoard::instance().forget(session_base_);
+    release_session(session_base_), session_released_ = true;
+  }
   if (!writer_) return;
   finish_pending(-1);  // no step follows: a capture would never be written
   writer_->close();

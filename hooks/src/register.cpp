@@ -17,11 +17,11 @@ torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
 
 TORCH_LIBRARY(lpdiag, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
-        "str instrument='counters', int layer_index=-1) -> Tensor");
-  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal, str policy, str fix, str instrument, int layer_index) "
+        "str level='counters', int layer_index=-1) -> Tensor");
+  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal, str policy, str fix, str level, int layer_index) "
         "-> (Tensor, Tensor, Tensor)");
   m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor residual, bool causal, "
-        "str policy, str fix, str instrument, int layer_index) -> (Tensor, Tensor, Tensor)");
+        "str policy, str fix, str level, int layer_index) -> (Tensor, Tensor, Tensor)");
   m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
   m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
   m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "
@@ -29,7 +29,7 @@ TORCH_LIBRARY(lpdiag, m) {
         &lpdiag::hooks::judge_outputs);
   using lpdiag::hooks::Monitor;
   m.class_<Monitor>("Monitor")
-      .def(torch::init<std::string, int64_t, int64_t, int64_t, std::string, int64_t, int64_t>())
+      .def(torch::init<std::string, int64_t, int64_t, int64_t, std::string, int64_t, int64_t, bool>())
       .def("add_matrix", &Monitor::add_matrix)
       .def("add_fused_qkv", &Monitor::add_fused_qkv)
       .def("add_activation", &Monitor::add_activation)
@@ -51,6 +51,7 @@ TORCH_LIBRARY(lpdiag, m) {
            })
       .def("close", &Monitor::close)
       .def("trace_path", &Monitor::trace_path)
+      .def("trace_error", &Monitor::trace_error)
       .def("layer_base", &Monitor::layer_base)
       .def("records", &Monitor::records);
 }

@@ -13,9 +13,9 @@ namespace flash {
 namespace {
 
 // Keys per backward block when the caller leaves it to us, from `bench_attention --bwd-keys`
-// on the H200 (docs/BENCHMARKS.md): at d = 128, 128 keys over 8 warps share each query tile's
+// on the H200 (docs/results/performance.md): at d = 128, 128 keys over 8 warps share each query tile's
 // load and halve the dQ atomics (+12% causal, +15% non-causal backward); at d = 64 the smaller
-// block is 2% faster. The same holds for the wgmma backward (session 7 run 6): at d = 64, 64 keys
+// block is 2% faster. The same holds for the wgmma backward: at d = 64, 64 keys
 // (one warpgroup per block, two blocks per SM) took 0.404 ms against 0.470 with 128; at d = 128,
 // 64 keys took 2.95 ms (causal) against 2.28 with 128.
 constexpr int default_bwd_key_block(std::int64_t d) { return d == 128 ? 128 : 64; }

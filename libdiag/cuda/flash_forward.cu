@@ -78,16 +78,7 @@ void flash_forward(const FlashForwardArgs& a) {
   p.lse = a.lse;
   p.residual = a.o_residual;
   p.counters = a.counters;
-  switch (a.fix.kind) {
-    case FixConfig::Kind::none: p.fix.kind = 0; break;
-    case FixConfig::Kind::paper: p.fix.kind = 1; break;
-    case FixConfig::Kind::safe: p.fix.kind = 2; break;
-    case FixConfig::Kind::sr: p.fix.kind = 3; break;
-  }
-  p.fix.seed = a.fix.seed;
-  p.fix.tol = static_cast<float>(a.fix.tol);
-  p.fix.beta = static_cast<float>(a.fix.beta);
-  p.fix.offset = static_cast<float>(a.fix.offset);
+  p.fix = flash::fix_params(a.fix);
   auto* s = static_cast<cudaStream_t>(a.stream);
   const int B = static_cast<int>(a.shape.B);
   if (a.shape.d == 64) by_causal<64>(p, B, a.shape.causal, a.instrument, s);

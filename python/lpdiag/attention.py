@@ -23,6 +23,7 @@ current_layer = contextvars.ContextVar("lpdiag_current_layer", default=None)
 # The level the running Monitor wants for this step (its full_every cadence), set by its hooks.
 current_level = contextvars.ContextVar("lpdiag_current_level", default=None)
 _warned_no_layer = False
+_warned_fp32 = False
 
 
 class _TracedState:
@@ -55,12 +56,40 @@ def check_arguments(q, k, v, scale):
         raise ValueError(f"lpdiag.attention: the op uses scale 1/sqrt(d) = {1.0 / math.sqrt(q.shape[-1]):.6g}; got scale={scale}")
 
 
-def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", level=None, layer=None):
+def check_sdpa_keywords(q, k, attn_mask, dropout_p, enable_gqa):
+    """The keywords of F.scaled_dot_product_attention the op does not take, refused with what to
+    do instead; GQA shapes (fewer k/v heads than q heads) likewise."""
+    if attn_mask is not None:
+        raise ValueError("lpdiag.attention: attn_mask is not supported (the op computes causal or full attention); pass "
+                         "causal=True for a causal mask, or leave calls with a mask to PyTorch (lpdiag.patch_sdpa does so and "
+                         "reports them)")
+    if dropout_p:
+        raise ValueError(f"lpdiag.attention: dropout_p={dropout_p} is not supported (attention dropout changes what the kernel "
+                         "rounds); train with dropout_p=0 in the attention, or leave these calls to PyTorch")
+    if q.dim() == 4 and k.dim() == 4 and q.shape[1] != k.shape[1]:
+        raise ValueError(f"lpdiag.attention: q has {q.shape[1]} heads, k and v {k.shape[1]} (grouped-query attention"
+                         f"{'' if enable_gqa else ', or a (B, N, H, d) tensor where (B, H, N, d) is expected'}); the op takes "
+                         "(B, H, N, d) with one k/v head per q head: repeat them first, k.repeat_interleave("
+                         f"{q.shape[1]} // {k.shape[1]}, dim=1)")
+
+
+def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", level=None, layer=None, is_causal=None,
+              attn_mask=None, dropout_p=0.0, enable_gqa=False):
     """Attention through lpdiag's op (see the module's doc). Returns O in q's dtype. level None:
     the running Monitor's choice for this step (its level, "full" every full_every steps), else
-    "counters"."""
-    global _warned_no_layer
+    "counters". q, k, v: (B, H, N, d), bf16 as the kernel of a bf16 run sees them (fp32 inputs
+    are rounded by no one: the op warns once). is_causal is accepted as SDPA spells causal;
+    attn_mask, dropout_p and GQA shapes are refused with what to do instead."""
+    global _warned_no_layer, _warned_fp32
     check_arguments(q, k, v, scale)
+    if is_causal is not None:
+        causal = bool(is_causal)
+    check_sdpa_keywords(q, k, attn_mask, dropout_p, enable_gqa)
+    if q.dtype == torch.float32 and str(policy).split(":")[0] in ("fa2", "fa2-seq", "seed", "seed-mma") and not _warned_fp32:
+        warnings.warn(f"lpdiag.attention: q, k, v are float32 under policy {policy!r}, a bf16 kernel: its counters and errors then "
+                      "describe float32 inputs that no bf16 kernel sees; cast them to torch.bfloat16 (as autocast does) to "
+                      "observe what a bf16 run rounds")
+        _warned_fp32 = True
     load()
     compiling = is_compiling()
     if level is None:
@@ -78,5 +107,5 @@ def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", le
     except RuntimeError as e:  # the op's argument checks: one line, as a ValueError
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "lpdiag.attention failed"
         if "lpdiag::attention" in msg:
-            raise ValueError(msg.replace("lpdiag::attention", "lpdiag.attention").replace("instrument must", "level must")) from None
+            raise ValueError(msg.replace("lpdiag::attention", "lpdiag.attention")) from None
         raise

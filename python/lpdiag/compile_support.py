@@ -17,21 +17,21 @@ def _like(t):
     return t.new_empty(t.shape)
 
 
-def _fwd(q, k, v, causal, policy, fix, instrument, layer_index):
+def _fwd(q, k, v, causal, policy, fix, level, layer_index):
     f32 = torch.float32
     if q.device.type == "cuda":
         lse = q.new_empty(q.shape[:3], dtype=f32)
-        residual = q.new_empty(q.shape, dtype=f32) if instrument == "full" else q.new_empty((0,), dtype=f32)
+        residual = q.new_empty(q.shape, dtype=f32) if level == "full" else q.new_empty((0,), dtype=f32)
     else:  # two tensors, as the kernel returns (a fake must not alias what the real op does not)
         lse, residual = q.new_empty((0,), dtype=f32), q.new_empty((0,), dtype=f32)
     return _like(q), lse, residual
 
 
-def _bwd(dout, q, k, v, o, lse, residual, causal, policy, fix, instrument, layer_index):
+def _bwd(dout, q, k, v, o, lse, residual, causal, policy, fix, level, layer_index):
     return _like(q), _like(k), _like(v)
 
 
-def _attention(q, k, v, causal=False, policy="fa2", fix="none", instrument="counters", layer_index=-1):
+def _attention(q, k, v, causal=False, policy="fa2", fix="none", level="counters", layer_index=-1):
     return _like(q)
 
 

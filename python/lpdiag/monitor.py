@@ -56,17 +56,18 @@ class Monitor:
     run_config (a dict), roles,
     activations (a dict name -> module whose output's max |x| and rms are recorded, e.g. each
     transformer block), level ("counters" or "off": what lpdiag.attention calls without a level
-    run) and full_every (N: the steps that are multiples of N run at "full" instead, the O and δ
-    error statistics; e.g. counters every step, full every 50)."""
+    run) and full_every (N, default 25: the steps that are multiples of N run at "full" instead,
+    recording the O and δ error statistics the bias test needs; 0 or None: never), overwrite (False: an existing file
+    at path is never replaced; the Monitor refuses it, and a directory, at once)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
                  stop_on_nan=False, policy=None, fix="none", run_config=None, activations=None, level="counters",
-                 full_every=None):
+                 full_every=25, overwrite=False):
         load()
         if level not in ("off", "counters", "full"):
             raise ValueError(f"lpdiag.Monitor: level must be off, counters or full, got {level!r}")
-        if full_every is not None and int(full_every) < 1:
-            raise ValueError(f"lpdiag.Monitor: full_every must be a positive number of steps, got {full_every!r}")
+        if full_every is not None and int(full_every) < 0:
+            raise ValueError(f"lpdiag.Monitor: full_every must be a number of steps >= 0 (0 or None: never), got {full_every!r}")
         self._level, self._full_every, self._next_step = level, (int(full_every) if full_every else None), 0
         self._step_level = self.step_level()  # kept as a string: what a compiled graph reads (and guards on)
         if roles is not None:
@@ -89,7 +90,10 @@ class Monitor:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
         cfg = dict(run_config or {})
         cfg.setdefault("model", type(model).__name__)
-        self._mon = torch.classes.lpdiag.Monitor(str(path), len(layers), heads, width // heads, json.dumps(cfg), rank, world)
+        cfg.setdefault("level", level)  # how the run was observed; --reference does not compare these
+        cfg.setdefault("full_every", self._full_every or 0)
+        self._mon = torch.classes.lpdiag.Monitor(str(path), len(layers), heads, width // heads, json.dumps(cfg), rank, world,
+                                                 bool(overwrite))
         # This Monitor's session: the op's layer ids of its layers start here (0 while it is the
         # only one alive), so two Monitors in one process never mix their counters.
         self._base = int(self._mon.layer_base())
@@ -99,7 +103,9 @@ class Monitor:
                 self._mon.add_fused_qkv(name, i, w["qkv"])
             else:
                 for r in "qkv":
-                    self._mon.add_matrix(f"{name}.{r}", f"attn_{r}", i, heads if r in "qk" else 0, w[r], 0, w[r].shape[0])
+                    # k's heads are its own: fewer than q's under grouped-query attention.
+                    n = heads if r == "q" else (w[r].shape[0] // (width // heads) if r == "k" else 0)
+                    self._mon.add_matrix(f"{name}.{r}", f"attn_{r}", i, n, w[r], 0, w[r].shape[0])
             if policy is not None:  # else the trace records what the op reports it ran
                 self._mon.set_attention_numerics(i, policy, fix)
         for signal, every in (cadence or {}).items():
@@ -201,7 +207,14 @@ class Monitor:
 
     @property
     def trace_path(self):
-        return self._mon.trace_path()
+        """The trace being written, exactly the path given (rank files: ".rankN" before ".h5");
+        None when no trace could be created (trace_error says why; training goes on)."""
+        return self._mon.trace_path() or None
+
+    @property
+    def trace_error(self):
+        """Why there is no trace ("" while there is one)."""
+        return self._mon.trace_error()
 
     def close(self):
         for h in self._hooks:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The real GPT-2-small runs of docs/REAL_RUNS.md (tests/fixtures/real) through `lpdiag analyze`
+"""The real GPT-2-small runs of docs/results/validation.md (tests/fixtures/real) through `lpdiag analyze`
 and `lpdiag check`: every run verdict and every counterfactual attribution as the runs showed
 them on the H200.   real_runs.py LPDIAG_BINARY FIXTURE_DIR"""
 import json
@@ -35,10 +35,16 @@ REFERENCES = {
 
 
 def analyze(lpdiag, *args):
+    """`lpdiag analyze --json`, its exit code held to what --help says: 1 when the run failed or a
+    chain or candidate is named, else 0 (2, unusable input, fails here)."""
     out = subprocess.run([lpdiag, "analyze", "--json", *args], capture_output=True, text=True)
-    if out.returncode != 0:
+    if out.returncode not in (0, 1):
         raise SystemExit(f"analyze {' '.join(args)}: exit {out.returncode}: {out.stderr}")
-    return json.loads(out.stdout)
+    j = json.loads(out.stdout)
+    finding = not j["run"]["healthy"] or j["chain"]["found"] or j["chain"]["undecided"]
+    if out.returncode != (1 if finding else 0):
+        raise SystemExit(f"analyze {' '.join(args)}: exit {out.returncode} contradicts its verdict (finding: {finding})")
+    return j
 
 
 def main():
@@ -56,7 +62,7 @@ def main():
             print(f"FAIL {name}: a causal chain is claimed, but the fp32-attention counterfactual fails alike")
             bad += 1
         if not healthy:
-            # The open question fits what ran (session 20): an fp32-attention run's failure is not
+            # The open question fits what ran: an fp32-attention run's failure is not
             # low-precision attention's (no run to make); a fix run is decided without its fix.
             fp32 = name.endswith("-fp32")
             fix = name.endswith("-fix") or name.endswith("-safe")

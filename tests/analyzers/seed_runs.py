@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""The seed-numerics runs of docs/REPRODUCTION.md (tests/fixtures/seed: a small GPT-2 trained on
+"""The seed-numerics runs of docs/results/reproduction.md (tests/fixtures/seed: a small GPT-2 trained on
 the H200 with lpdiag's seed CUDA kernels, bf16 autocast, and its fp32-attention counterfactual)
 through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
  - seed/none at lr 4e-3: healthy (its max logit rose to 216 by step ~600 and settled near 60
-   while the loss tracked the fp32 run's; the verdict before session 12 called this an
+   while the loss tracked the fp32 run's; the verdict formerly called this an
    attention-logit failure), biased delta error and the repeated-maxima trigger present, no
    chain (no W_Q growth singled out), an early warning; nothing to attribute against fp32;
  - GPT-2 small (12 layers, width 768, block 1024, batch 16) at lr 1e-3 on the seed-mma kernels,
-   the paper's recipe and 512-key tile, 5,000 steps (session 22, each arm alone on the H200):
+   the paper's recipe and 512-key tile, 5,000 steps (each arm alone on the H200):
    seed-mma/none learned faster than fp32 until step ~4,800 and then its loss exploded (0.15 ->
    0.8, gradient norm to 40) while fp32 attention (SDPA, same seed and data order) and the
    paper's fix (not a fixture: 7.3 MB) stayed healthy: the paper's Figure 7 in miniature. Every
@@ -16,31 +16,31 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    beyond all others, the layer's W_Q updates aligning from 4,766, the loss explosion at 4,834.
    By its own trace a candidate, undecided (the delta error every 50th step is too sparse to test
    that the bias drives the growth); against fp32 a causal chain decided by the reference. This
-   pair replaced session 17's (2,800 and 2,400 steps of a 3,000-step schedule, no failure).
+   pair replaced the (2,800 and 2,400 steps of a 3,000-step schedule, no failure).
  - fp32 at lr 4e-3: healthy, no attention counters (PyTorch's attention), check clean.
- - lr 6e-3 (session 14, 2,500 steps, seed 1): seed/none and seed/paper healthy by their own
+ - lr 6e-3 (2,500 steps, seed 1): seed/none and seed/paper healthy by their own
    traces with an attention-logit warning (logits to 1,184 and 1,968 while the loss kept
    falling 14% over the second half); against fp32 (SDPA, same seed and data order) seed/none's
    loss ended 12% higher, a degradation attributable to the numerics (true), seed/paper's 2%
-   (nothing to attribute, null). Before session 14 the verdict called all three lpdiag arms
+   (nothing to attribute, null). formerly the verdict called all three lpdiag arms
    failed (attention_logit_growth from step 15).
  - GPT-2 small at lr 2e-3 (warmup 200, 2,000-step cosine, same seed and data order):
-   seed-mma/none (session 18, four arms sharing the GPU, cut at 1,349 steps) failed
+   seed-mma/none (four arms sharing the GPU, cut at 1,349 steps) failed
    (attention_logit_growth from step 106, max logit 4,900, its loss rising 2.33 -> 2.49 on the
    character-frequency plateau), no chain (no biased delta error, no W_Q head singled out).
-   seed-mma/paper (session 19, all 2,000 steps) failed the same way (logits to 11,072, the loss
-   at 2.33 on the plateau to the end, a loss_plateau warning) and, since session 20's long C2
+   seed-mma/paper (all 2,000 steps) failed the same way (logits to 11,072, the loss
+   at 2.33 on the plateau to the end, a loss_plateau warning) and, since the long C2
    windows, shows the fix's own biased delta error (z +11.9 in layer 11 head 11 from step 700,
-   after the failure began: said so, no chain), and fp32 (SDPA, session 19, all
+   after the failure began: said so, no chain), and fp32 (SDPA, all
    2,000 steps) left the plateau at step ~1,400 and ended at 1.91: healthy, no warning. So
    against fp32 both bf16 failures are attributable to the attention numerics (true: fp32's loss
    12% lower over the steps both reached, 22% at the end), and seed/none against its paper-fix
-   twin is not (false: the fix fails alike). Before session 19 the fp32 and paper arms were cut
+   twin is not (false: the fix fails alike). formerly the fp32 and paper arms were cut
    at ~1,150-1,300 steps, both on the plateau, and every attribution was null.
- - PyTorch's own bf16 attention (cuDNN) at lr 2e-3 seed 1 (session 20): on the plateau to the end
+ - PyTorch's own bf16 attention (cuDNN) at lr 2e-3 seed 1: on the plateau to the end
    (2.355) where fp32 learned (1.911): healthy with a plateau warning by its own trace (no logits
    recorded), a degradation attributable to the numerics against fp32.
- - The same at seed 2 (session 20): seed-mma/none failed (logits to 12,000, the loss on the plateau
+ - The same at seed 2: seed-mma/none failed (logits to 12,000, the loss on the plateau
    at 2.43) and so did seed-mma/paper (logits to 5,920), but the fix's loss left the plateau and
    ended at 1.96, 24% lower: against its paper-fix twin seed/none is undecided (null: the fix
    lessened the failure without preventing it), no longer "fails alike".
@@ -56,7 +56,7 @@ from real_runs import analyze  # noqa: E402
 
 
 def check_gpt2_failure_at_1e_3(lpdiag, d, check):
-    """The paper's failure at GPT-2 small (session 22): seed-mma/none against fp32, 5,000 steps."""
+    """The paper's failure at GPT-2 small: seed-mma/none against fp32, 5,000 steps."""
     name = "gpt2-seedmma-none-1e-3-5k"
     j = analyze(lpdiag, f"{d}/{name}.h5")
     run, chain, links = j["run"], j["chain"], j["chain"]["links"]
@@ -94,11 +94,12 @@ def check_gpt2_failure_at_1e_3(lpdiag, d, check):
     text = subprocess.run([lpdiag, "analyze", f"{d}/{name}.h5", "--reference", f"{d}/gpt2-fp32-1e-3-5k.h5"], capture_output=True,
                           text=True).stdout
     check(f"{name} against gpt2-fp32-1e-3-5k: the headline names the chain and what decided it",
-          "CAUSAL CHAIN at layer 2, head 7 (confidence" in text and "decided by the reference run)" in text)
+          text.splitlines()[2].startswith("causal chain at layer 2 head 7 (confidence") and "decided by the reference run)" in text
+          and "attributable to the attention numerics (against" in text.splitlines()[3] and text.splitlines()[3].endswith("YES"))
 
 
 def check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check):
-    """Seed 3 of the same configuration (session 24), thinned to every 10th record (`scripts/pack-trace
+    """Seed 3 of the same configuration, thinned to every 10th record (`scripts/pack-trace
     --every 10`: the loss every 10th step, weights whole, delta errors every 50th step whole).
     seed-mma/none's loss exploded (0.36 at step ~3,975 -> 2.76 at 5,000, no one-bin spike in the
     whole trace) after its logits had collapsed in the first 250 steps and the loss had learned
@@ -212,12 +213,13 @@ def main():
     check(f"gpt2-fp32-2e-3: healthy, no warning, no chain (final loss {j['run']['final_loss']:.3f})",
           j["run"]["healthy"] and not j["run"]["warnings"] and not j["chain"]["found"] and j["run"]["final_loss"] < 2.1)
     rc = subprocess.run([lpdiag, "check", f"{d}/gpt2-fp32-2e-3.h5"], capture_output=True, text=True)
-    check(f"gpt2-fp32-2e-3: check passes (exit {rc.returncode}), no warning on stderr",
-          rc.returncode == 0 and "warning" not in rc.stderr and "clean" in rc.stderr)
+    # PyTorch's fp32 attention records no counters: the trigger and bias tests are said not run.
+    check(f"gpt2-fp32-2e-3: check passes (exit {rc.returncode}), no warning on stderr, the tests without data said not run",
+          rc.returncode == 0 and "warning" not in rc.stderr and "not run: trigger" in rc.stderr and "not run: biased rounding" in rc.stderr)
     ref = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3.h5", "--reference", f"{d}/gpt2-seedmma-paper-2e-3.h5")["reference"]
     check(f"gpt2-seedmma-none-2e-3 against its paper-fix twin: not attributable, the fix fails alike ({ref['evidence'][-100:]})",
           ref["attributable_to_attention_numerics"] is False and ref["failed"] is True)
-    # Seed 2 (session 20): both collapse their logits, but the fix's loss leaves the plateau.
+    # Seed 2: both collapse their logits, but the fix's loss leaves the plateau.
     for name, lo, hi in (("gpt2-seedmma-none-2e-3-s2", 2.3, 2.6), ("gpt2-seedmma-paper-2e-3-s2", 1.85, 2.05)):
         j = analyze(lpdiag, f"{d}/{name}.h5")
         run = j["run"]
@@ -233,7 +235,7 @@ def main():
     ref = analyze(lpdiag, f"{d}/gpt2-seedmma-none-2e-3-s2.h5", "--reference", f"{d}/gpt2-seedmma-paper-2e-3-s2.h5")["reference"]
     check(f"gpt2-seedmma-none-2e-3-s2 against its paper-fix twin: undecided, the fix lessened the failure ({ref['evidence'][-140:]})",
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is True and "lessened" in ref["evidence"])
-    # PyTorch's own bf16 attention at lr 2e-3, seed 1 (session 20): on the plateau for the whole run,
+    # PyTorch's own bf16 attention at lr 2e-3, seed 1: on the plateau for the whole run,
     # no lpdiag counters. Its own trace: healthy by the failure rules with a plateau warning, the
     # logits and the trigger/bias said to be unrecorded (not "instrumentation off?"); against fp32,
     # a degradation attributable to the attention numerics.
@@ -253,7 +255,7 @@ def main():
     check(f"gpt2-sdpa-bf16-2e-3: the JSON says what ran ({j['attention_numerics']})",
           j["attention_numerics"] == {"policy": "external:sdpa", "fix": "none", "all_fp32": False, "all_external": True})
     check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",
-          ref["attributable_to_attention_numerics"] is True and "23% above" in ref["evidence"])
+          ref["attributable_to_attention_numerics"] is True and 20 <= int((re.search(r"(\d+)% above", ref["evidence"]) or [0, 0])[1]) <= 26)
     print("FAIL" if bad else "ok")
     return 1 if bad else 0
 

@@ -3,6 +3,8 @@
 #include "catch_compat.hpp"
 #include "lpdiag/analyzers/reference_run.hpp"
 
+#include <algorithm>
+
 using namespace lpdiag::analysis;
 
 namespace {
@@ -15,10 +17,26 @@ ChainResult with_verdict(bool healthy, const std::string& kind = "", std::int64_
 const std::string cfg = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"lpdiag"})";
 const std::string cfg_fp32 = R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})";
 const std::string cfg_fix = R"({"lr":0.006,"seed":1,"policy":"fa2","fix":"paper","attention":"lpdiag"})";
+RunFacts F(const std::string& config) { return RunFacts::from_config(config); }
+// A trace's facts: one attention layer of `policy`/`fix`, 4 heads of 16, steps 0..99 at `lr`
+// (warmup over the first 10 steps), the loss falling from `loss0`.
+RunFacts traced(const std::string& policy, const std::string& fix, double lr, double loss0 = 4.2, std::int64_t last = 99,
+                int heads = 4) {
+  RunFacts f;
+  f.layer_numerics = {policy + " " + fix};
+  f.shape = "1 attention layers (0:" + std::to_string(heads) + "x16)";
+  for (std::int64_t s = 0; s <= last; ++s) {
+    f.steps.push_back(s);
+    f.lr.push_back(lr * std::min<double>(1.0, double(s + 1) / 10));
+    f.loss.push_back(loss0 / (1 + 0.01 * double(s)));
+  }
+  f.first_step = 0, f.last_step = last;
+  return f;
+}
 }  // namespace
 
 TEST_CASE("reference: RUN fails and REF does not -> attributable", "[reference]") {
-  const auto r = compare_with_reference("ref.h5", with_verdict(false, "loss_explosion", 700), with_verdict(true), cfg, cfg_fp32);
+  const auto r = compare_with_reference("ref.h5", with_verdict(false, "loss_explosion", 700), with_verdict(true), F(cfg), F(cfg_fp32));
   REQUIRE(r.attributable.has_value());
   CHECK(*r.attributable);
   CHECK_FALSE(r.failed);
@@ -26,59 +44,101 @@ TEST_CASE("reference: RUN fails and REF does not -> attributable", "[reference]"
 }
 
 TEST_CASE("reference: both fail alike -> not attributable", "[reference]") {
-  const auto r = compare_with_reference("ref.h5", with_verdict(false, "attention_logit_growth", 3), with_verdict(false, "loss_explosion", 22),
-                                        cfg, cfg_fp32);
+  const auto r = compare_with_reference("ref.h5", with_verdict(false, "attention_logit_growth", 3), with_verdict(false, "loss_explosion", 22), F(cfg), F(cfg_fp32));
   REQUIRE(r.attributable.has_value());
   CHECK_FALSE(*r.attributable);
   CHECK(r.failed);
 }
 
 TEST_CASE("reference: both fail the same way but REF learned clearly more -> undecided", "[reference]") {
-  // The losses of GPT-2 small at lr 2e-3 seed 2 (docs/REPRODUCTION.md): seed-mma/none 2.426, the
+  // The losses of GPT-2 small at lr 2e-3 seed 2 (docs/results/reproduction.md): seed-mma/none 2.426, the
   // paper's fix 1.955, both with collapsed logits. 5% is the line (the rule's); 4% apart is alike.
   ChainResult run = with_verdict(false, "attention_logit_growth", 12), fix = with_verdict(false, "attention_logit_growth", 12);
   run.run.final_loss = 2.426, fix.run.final_loss = 1.955;
-  const auto r = compare_with_reference("ref.h5", run, fix, cfg, cfg_fix);
+  const auto r = compare_with_reference("ref.h5", run, fix, F(cfg), F(cfg_fix));
   CHECK_FALSE(r.attributable.has_value());
   CHECK(r.failed);
   CHECK(r.evidence.find("24% above") != std::string::npos);
   CHECK(r.evidence.find("lessened") != std::string::npos);
   fix.run.final_loss = 2.426 / 1.04;
-  const auto near = compare_with_reference("ref.h5", run, fix, cfg, cfg_fix);
+  const auto near = compare_with_reference("ref.h5", run, fix, F(cfg), F(cfg_fix));
   REQUIRE(near.attributable.has_value());
   CHECK_FALSE(*near.attributable);
 }
 
 TEST_CASE("reference: REF non-finite where RUN was not, or RUN healthy -> undecided", "[reference]") {
-  CHECK_FALSE(compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(false, "non_finite", 9), cfg, cfg_fix).attributable);
-  CHECK_FALSE(compare_with_reference("r", with_verdict(true), with_verdict(false, "loss_explosion", 9), cfg, cfg_fix).attributable);
+  CHECK_FALSE(compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(false, "non_finite", 9), F(cfg), F(cfg_fix)).attributable);
+  CHECK_FALSE(compare_with_reference("r", with_verdict(true), with_verdict(false, "loss_explosion", 9), F(cfg), F(cfg_fix)).attributable);
 }
 
-// Session 24: seed-mma/none at seed 3 against the same arm at seed 1 (both failed) or at seed 2
+// seed-mma/none at seed 3 against the same arm at seed 1 (both failed) or at seed 2
 // (healthy) said "attributable" / "not the numerics' doing" of a pair that ran the same numerics.
 TEST_CASE("reference: a REF of the same attention numerics decides nothing about them", "[reference]") {
   const std::string s1 = R"({"lr":0.001,"seed":1,"policy":"seed-mma:tile=512","fix":"none","attention":"lpdiag"})";
   const std::string s3 = R"({"lr":0.001,"seed":3,"policy":"seed-mma:tile=512","fix":"none","attention":"lpdiag"})";
   for (const bool ref_healthy : {true, false}) {
     const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 4454),
-                                          ref_healthy ? with_verdict(true) : with_verdict(false, "loss_explosion", 4834), s3, s1);
+                                          ref_healthy ? with_verdict(true) : with_verdict(false, "loss_explosion", 4834), F(s3), F(s1));
     CHECK_FALSE(r.attributable.has_value());
     CHECK(r.evidence.find("REF ran the same attention numerics as RUN") != std::string::npos);
     CHECK(r.evidence.find("seed: 3 vs 1") != std::string::npos);
   }
   // Another fix, or another attention, is other numerics: the comparison stands.
   const std::string fixed = R"({"lr":0.001,"seed":3,"policy":"seed-mma:tile=512","fix":"paper","attention":"lpdiag"})";
-  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 4454), with_verdict(true), s3, fixed);
+  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 4454), with_verdict(true), F(s3), F(fixed));
   REQUIRE(r.attributable.has_value());
   CHECK(*r.attributable);
 }
 
 TEST_CASE("reference: differences beyond the numerics are named", "[reference]") {
-  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(true), cfg,
-                                        R"({"lr":0.001,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})");
+  // A config that differs beyond the numerics (here the lr) makes REF no counterfactual: null,
+  // though REF alone did not fail (this said "attributable ... the comparison is weaker").
+  const auto r = compare_with_reference("r", with_verdict(false, "loss_explosion", 5), with_verdict(true), F(cfg),
+                                        F(R"({"lr":0.001,"seed":1,"policy":"fa2","attention":"sdpa-fp32"})"));
   REQUIRE(r.config_differences.size() == 1);
   CHECK(r.config_differences[0].find("lr") == 0);
-  CHECK(r.evidence.find("weaker") != std::string::npos);
+  CHECK_FALSE(r.attributable.has_value());
+  CHECK(r.evidence.find("differ beyond the attention numerics") != std::string::npos);
+}
+
+TEST_CASE("reference: what the traces hold decides, with or without a run_config", "[reference]") {
+  const ChainResult failed = with_verdict(false, "loss_explosion", 60), healthy = with_verdict(true);
+  // Two Python-recorded runs (no run_config beyond the model): fa2 against fp32, same schedule.
+  const auto yes = compare_with_reference("r", failed, healthy, traced("fa2", R"({"kind":"none"})", 3e-3),
+                                          traced("fp32", R"({"kind":"none"})", 3e-3));
+  REQUIRE(yes.attributable.has_value());
+  CHECK(*yes.attributable);
+  // The same numerics, lr 5e-2 against 3e-3 (held only in the lr series): null, both reasons said.
+  const auto hot = compare_with_reference("r", failed, healthy, traced("fa2", R"({"kind":"none"})", 5e-2),
+                                          traced("fa2", R"({"kind":"none"})", 3e-3));
+  CHECK_FALSE(hot.attributable.has_value());
+  CHECK(hot.evidence.find("same attention numerics") != std::string::npos);
+  CHECK(hot.evidence.find("learning rate at step 0") != std::string::npos);
+  // Other numerics but another lr schedule: null.
+  const auto lr = compare_with_reference("r", failed, healthy, traced("fa2", R"({"kind":"none"})", 5e-2),
+                                         traced("fp32", R"({"kind":"none"})", 3e-3));
+  CHECK_FALSE(lr.attributable.has_value());
+  CHECK(lr.evidence.find("differ beyond the attention numerics (learning rate") != std::string::npos);
+  // Another model shape, or another first loss (other data or initialisation): null.
+  const auto shape = compare_with_reference("r", failed, healthy, traced("fa2", R"({"kind":"none"})", 3e-3),
+                                            traced("fp32", R"({"kind":"none"})", 3e-3, 4.2, 99, 12));
+  CHECK_FALSE(shape.attributable.has_value());
+  CHECK(shape.evidence.find("model shape") != std::string::npos);
+  const auto data = compare_with_reference("r", failed, healthy, traced("fa2", R"({"kind":"none"})", 3e-3),
+                                           traced("fp32", R"({"kind":"none"})", 3e-3, 5.0));
+  CHECK_FALSE(data.attributable.has_value());
+  CHECK(data.evidence.find("loss at step 0") != std::string::npos);
+  // A trace against itself: the same numerics, null (this said "fails alike").
+  const auto self = compare_with_reference("r", failed, failed, traced("fa2", R"({"kind":"none"})", 3e-3),
+                                           traced("fa2", R"({"kind":"none"})", 3e-3));
+  CHECK_FALSE(self.attributable.has_value());
+  CHECK(self.evidence.find("same attention numerics") != std::string::npos);
+  // A REF that ends before RUN's failure began cannot show that other numerics avoid it.
+  const auto short_ref = compare_with_reference("r", with_verdict(false, "loss_explosion", 90), healthy,
+                                                traced("fa2", R"({"kind":"none"})", 3e-3),
+                                                traced("fp32", R"({"kind":"none"})", 3e-3, 4.2, 50));
+  CHECK_FALSE(short_ref.attributable.has_value());
+  CHECK(short_ref.evidence.find("ends at step 50, before RUN's failure") != std::string::npos);
 }
 
 TEST_CASE("reference: a REF without logits is judged by its loss when RUN failed on logits", "[reference]") {
@@ -86,10 +146,10 @@ TEST_CASE("reference: a REF without logits is judged by its loss when RUN failed
   run.run.final_loss = 2.374, run.run.max_logit = 17000;
   ChainResult same = with_verdict(true), better = with_verdict(true);
   same.run.final_loss = 2.373, better.run.final_loss = 1.9;  // max_logit -1: none recorded
-  const auto a = compare_with_reference("r", run, same, cfg, cfg_fp32);
+  const auto a = compare_with_reference("r", run, same, F(cfg), F(cfg_fp32));
   REQUIRE(a.attributable.has_value());
   CHECK_FALSE(*a.attributable);
-  const auto b = compare_with_reference("r", run, better, cfg, cfg_fp32);
+  const auto b = compare_with_reference("r", run, better, F(cfg), F(cfg_fp32));
   REQUIRE(b.attributable.has_value());
   CHECK(*b.attributable);
 }
@@ -98,17 +158,17 @@ TEST_CASE("reference: a REF that stopped learning (loss plateau) does not show t
   ChainResult run = with_verdict(false, "attention_logit_growth", 9);
   run.run.final_loss = 2.679, run.run.max_logit = 23900;
   ChainResult stuck = with_verdict(true);
-  stuck.run.final_loss = 2.448;  // 9% lower, no logits recorded (session 18's fp32 arm at lr 3e-3)
+  stuck.run.final_loss = 2.448;  // 9% lower, no logits recorded (the fp32 arm at lr 3e-3)
   stuck.run.warnings = {{"loss_plateau", 42, 10, "test"}};
-  const auto a = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  const auto a = compare_with_reference("r", run, stuck, F(cfg), F(cfg_fp32));
   CHECK_FALSE(a.attributable.has_value());
   CHECK(a.evidence.find("stopped learning too") != std::string::npos);
   stuck.run.max_logit = 50;  // REF with logits, healthy by them, still on a plateau
-  const auto b = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  const auto b = compare_with_reference("r", run, stuck, F(cfg), F(cfg_fp32));
   CHECK_FALSE(b.attributable.has_value());
   stuck.run.final_loss = 2.67;  // the same loss: fails alike
   stuck.run.max_logit = -1;
-  const auto c = compare_with_reference("r", run, stuck, cfg, cfg_fp32);
+  const auto c = compare_with_reference("r", run, stuck, F(cfg), F(cfg_fp32));
   REQUIRE(c.attributable.has_value());
   CHECK_FALSE(*c.attributable);
 }
@@ -146,7 +206,7 @@ TEST_CASE("reference: a decided comparison answers the open question in RUN's fi
   settle_with_reference(f, yes);
   CHECK(f.findings[2].find("the biased delta error began after the failure") != std::string::npos);
 
-  // Healthy but degraded, with a biased delta error and no chain (session 14's seed/none at lr
+  // Healthy but degraded, with a biased delta error and no chain (seed/none at lr
   // 6e-3): there is no failure for the bias to begin after; the bias is named with what is missing.
   ChainResult g = with_verdict(true);
   g.links[1].present = true;
@@ -159,7 +219,7 @@ TEST_CASE("reference: a decided comparison answers the open question in RUN's fi
   CHECK(g.findings[0].find("lacks C3, C4, C5") != std::string::npos);
 
   // A failed run's undecided candidate (every link, in order, in one head; the drive untestable
-  // in the trace, as session 22's GPT-2-small seed-mma/none with its sparse delta records): a
+  // in the trace, as the GPT-2-small seed-mma/none with its sparse delta records): a
   // reference that did not fail decides it a chain, one that failed alike decides it none.
   ChainResult cand = run;
   cand.undecided = true;

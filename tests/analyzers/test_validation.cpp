@@ -1,7 +1,7 @@
 // The analyzers on 200 synthetic traces with fixed seeds: 100 planted chains, 100 nulls (20
 // each: loss spike with no bias, growth with no trigger, bias with no growth, clean, and
 // undriven: every link in order in one head, growth of its own). Asserts
-// and prints precision, recall, localization and onset error. docs/ANALYZERS.md records the
+// and prints precision, recall, localization and onset error. docs/reference/analyzers.md records the
 // figures.
 #include <cmath>
 #include <cstdio>
@@ -68,10 +68,10 @@ TEST_CASE("chain detection on 200 synthetic traces: precision, recall, localizat
               "onset error / trace length: median %.4f, max %.4f | nulls with the right links missing %d/%d\n",
               tp, fp, fn, tn, precision, recall, loc, med, worst, missing_reported_right, nulls_total);
   CHECK(precision >= 0.95);
-  // 1.000 since session 15 (the synthetic bias wanders, so its driving is testable).
+  // 1.000 (the synthetic bias wanders, so its driving is testable).
   CHECK(recall >= 0.95);
   CHECK(loc >= 0.95);
-  // 0.0501 at seed 1080 since session 15: the growth a wandering bias drives starts at the
+  // 0.0501 at seed 1080: the growth a wandering bias drives starts at the
   // bias's pace, and where the bias is low at the planted onset it shows a few bins later
   // (gen2 plants the observable start instead). Median 0.0009.
   CHECK(worst <= 0.06);

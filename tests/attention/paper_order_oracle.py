@@ -17,11 +17,10 @@ lpdiag's seed policy and of the oracle (both against lpdiag's fp64 reference, th
 replay's `recorded` row), and the delta error z (the oracle's delta = bf16(rowsum(bf16(dO O))) as
 the paper's backward forms it, against an fp64 reference computed here) agree in sign and within
 15% or 3 z (the oracle's matmuls sum fp32 products in BLAS's own order, so the two are not
-bit-identical; the tolerance is that of two roundings of the same order). The seed is fresh and printed; LPDIAG_ORACLE_SEED replays one.
+bit-identical; the tolerance is that of two roundings of the same order). The seed is fixed and printed (tests/test_seed.py: LPDIAG_TEST_SEED=fresh|N).
 """
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -35,8 +34,9 @@ except ImportError as e:  # the GPU machine's venv has torch but no h5py
     sys.exit(77)
 
 LPDIAG = sys.argv[1]
-SEED = int(os.environ.get("LPDIAG_ORACLE_SEED", random.SystemRandom().randrange(1 << 31)))
-print(f"seed {SEED} (LPDIAG_ORACLE_SEED={SEED} replays this run)")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import test_seed  # noqa: E402
+SEED = test_seed.seed("paper-order oracle", 1731)
 BF16_MAX = torch.finfo(torch.bfloat16).max
 
 
@@ -61,7 +61,7 @@ def strong_sinks(gen, B=2, H=8, N=512, d=64, gap=18.0):
 def mm(spec, a, b):
     """A bf16 matmul as the paper's GPU runs it (cuBLAS): exact products, fp32 sums, one rounding
     to bf16. Not torch's CPU bf16 matmul, whose rounding depends on the CPU: on an AVX2-only
-    machine (AMD EPYC, session 11) it flipped the sign of the unfixed sink bias."""
+    machine (AMD EPYC) it flipped the sign of the unfixed sink bias."""
     return bf(torch.einsum(spec, a.float(), b.float()))
 
 

@@ -1,5 +1,5 @@
 // The speed-target arithmetic of bench_attention (bench/attention_targets.hpp), on timings
-// taken from a real H200 run (docs/BENCHMARKS.md, session 6) and on edge cases.
+// taken from a real H200 run (docs/results/performance.md) and on edge cases.
 #include "../../bench/attention_targets.hpp"
 
 #include "catch_compat.hpp"
@@ -19,7 +19,7 @@ const lpdiag::bench::TargetCheck* find(const std::vector<lpdiag::bench::TargetCh
 }  // namespace
 
 TEST_CASE("targets from a recorded run: the ratios the docs quote", "[bench]") {
-  // ms from run 10 of session 6 (B16 H12 N1024 d64 causal, B4 H16 N4096 d128 non-causal).
+  // ms from one H200 run (B16 H12 N1024 d64 causal, B4 H16 N4096 d128 non-causal).
   const std::vector<Timing> rows = {
       {"d64", "lpdiag off", 0.216, 0.481},      {"d64", "lpdiag counters", 0.266, 0.481},
       {"d64", "lpdiag full", 0.360, 0.548},     {"d64", "sdpa flash", 0.154, 0.533},

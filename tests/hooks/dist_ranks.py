@@ -14,7 +14,7 @@ def worker(rank, lib, out):
     torch.ops.load_library(lib)
     torch.manual_seed(rank)
     w = torch.randn(48, 16, requires_grad=True)
-    mon = torch.classes.lpdiag.Monitor(out, 1, 2, 8, "{}", dist.get_rank(), dist.get_world_size())
+    mon = torch.classes.lpdiag.Monitor(out, 1, 2, 8, "{}", dist.get_rank(), dist.get_world_size(), False)
     mon.add_fused_qkv("blk", 0, w)
     for step in range(4):
         q, k, v = (torch.matmul(torch.randn(2, 10, 16), w.t()).split(16, 2))
@@ -37,5 +37,5 @@ if __name__ == "__main__":
     for r in (0, 1):
         assert os.path.exists(f"{stem}.rank{r}.h5"), f"missing {stem}.rank{r}.h5"
     assert os.system(f"{lpdiag} info {stem}.rank1.h5 | grep -q 'rank 1 of 2'") == 0
-    assert os.system(f"{lpdiag} analyze {stem}.rank0.h5 {stem}.rank1.h5 --json > /dev/null") == 0
+    assert os.system(f"{lpdiag} analyze {stem}.rank0.h5 {stem}.rank1.h5 --json > /dev/null") in (0, 256)  # exit 0 or 1
     print("ok: two ranks, two traces, analyzed together")

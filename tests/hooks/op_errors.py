@@ -30,7 +30,7 @@ q = torch.randn(1, 2, 16, 64)
 expect_error("float64 v", lambda: att(q, q, q.double(), True, "fa2", "none", "counters", 0), "v must be bfloat16")
 expect_error("3-D k", lambda: att(q, q[0], q, True, "fa2", "none", "counters", 0), "k must have shape")
 expect_error("unknown policy", lambda: att(q, q, q, True, "fa3", "none", "counters", 0), "fa3")
-expect_error("bad instrument", lambda: att(q, q, q, True, "fa2", "none", "loud", 0), "instrument")
+expect_error("bad level", lambda: att(q, q, q, True, "fa2", "none", "loud", 0), "level must be off, counters or full")
 if torch.cuda.is_available():
     c = torch.randn(1, 2, 16, 32, device="cuda", dtype=torch.bfloat16)
     try:
@@ -42,7 +42,7 @@ if torch.cuda.is_available():
 # Monitor.record takes floats or scalar tensors for the loss and gradient norm, nothing else.
 import os
 import tempfile
-mon = torch.classes.lpdiag.Monitor(os.path.join(tempfile.mkdtemp(), "rec.h5"), 1, 2, 32, "{}", 0, 1)
+mon = torch.classes.lpdiag.Monitor(os.path.join(tempfile.mkdtemp(), "rec.h5"), 1, 2, 32, "{}", 0, 1, False)
 mon.add_fused_qkv("blk0", 0, torch.randn(192, 64))
 mon.set_cuda_graphs(False)  # registered for Python (a no-op for CPU weights)
 expect_error("string loss", lambda: mon.record(0, "low", 1e-3, 1.0), "loss must be a float or a scalar tensor")

@@ -6,7 +6,6 @@ so no layer's calls were dropped), the q/k/v weights the Monitor found, and the 
 ran. Bad arguments must raise with a message naming them. Seed printed."""
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,9 @@ import lpdiag
 from check_helpers import check, finish
 
 LPDIAG = sys.argv[1]
-seed = random.randrange(1 << 30)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import test_seed  # noqa: E402
+seed = test_seed.seed("api", 21101)
 print(f"seed {seed}")
 torch.manual_seed(seed)
 
@@ -199,10 +200,10 @@ with tempfile.TemporaryDirectory() as d:
         check("request_capture of a layer the Monitor does not have: raises naming it", "layer must be in [0, 2)" in str(e), str(e))
 
 try:
-    lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"bad-{seed}.h5"), Model(NanoAttn), full_every=0)
-    check("full_every=0 refused", False, "no error")
+    lpdiag.Monitor(os.path.join(tempfile.gettempdir(), f"bad-{seed}.h5"), Model(NanoAttn), full_every=-1)
+    check("full_every=-1 refused", False, "no error")
 except ValueError as e:
-    check("full_every=0 refused, named", "full_every" in str(e), str(e))
+    check("full_every=-1 refused, named", "full_every" in str(e), str(e))
 
 x = torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16)
 for what, call, needle in (

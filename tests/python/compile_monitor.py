@@ -5,7 +5,6 @@ trace must hold both layers' counters (rows > 0 in each: no call was dropped as 
 loss must fall. CUDA (bf16, d 64) where present, else the CPU. Seed printed.
     compile_monitor.py LPDIAG_CLI"""
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,9 @@ import lpdiag
 from check_helpers import check, finish
 
 LPDIAG = sys.argv[1]
-seed = random.randrange(1 << 30)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import test_seed  # noqa: E402
+seed = test_seed.seed("compile_monitor", 21102)
 print(f"seed {seed}; torch {torch.__version__}")
 torch.manual_seed(seed)
 lpdiag.load_library()

@@ -46,7 +46,7 @@ def main():
         except ImportError:
             print("h5py absent: rank attributes not read")
         a = subprocess.run([cli, "analyze", "--json"] + paths, capture_output=True, text=True)
-        assert a.returncode == 0, a.stderr
+        assert a.returncode in (0, 1), a.stderr  # 1: a finding; 2 would be unusable input
         j = json.loads(a.stdout)
         assert len(j["files"]) == 2, j["files"]
         assert j["records"] == 60, f"records {j['records']}: both ranks' 30 records expected"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A file-size limit (ulimit -f) or a full disk must never end a training run (issue 17, defect 2):
+# A file-size limit (ulimit -f) or a full disk must never end a training run:
 # for every limit from "fails at creation" to "fails late", the C++ and the Python loop exit
 # normally, report the writer's error on one line at most, and leave either no file (creation
 # failed) or a trace that `lpdiag info` reads, up to its last flushed record.
@@ -29,10 +29,10 @@ check() {  # LABEL RC LOG TRACE STEPS
 }
 for kb in 1 40 64 100 160 256 2048; do
   rm -f "$work/c.h5" "$work/p.h5"
-  (ulimit -f "$kb"; "$cpp" --steps 40 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 5 --out "$work/c.h5" >"$work/c.log" 2>&1)
+  (ulimit -f "$kb"; "$cpp" --steps 40 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 5 --overwrite --out "$work/c.h5" >"$work/c.log" 2>&1)
   check "C++ ulimit -f ${kb}k" $? "$work/c.log" "$work/c.h5" 40
   (ulimit -f "$kb"; "$py" "$(dirname "$0")/../../examples/python/train_gpt2.py" --lib "$lib" --steps 30 --n-embd 32 --block 32 --batch 4 \
-     --out "$work/p.h5" >"$work/p.log" 2>&1)
+     --overwrite --out "$work/p.h5" >"$work/p.log" 2>&1)
   check "Python ulimit -f ${kb}k" $? "$work/p.log" "$work/p.h5" 30
 done
 # A full disk: tmpfs of growing sizes, where mounting is allowed (root, not in every container).
@@ -41,11 +41,11 @@ if mount -t tmpfs -o size=64k tmpfs "$work/tmpfs" 2>/dev/null; then
   umount "$work/tmpfs"
   for kb in 16 64 100 160 256 2048; do
     mount -t tmpfs -o size=${kb}k tmpfs "$work/tmpfs"
-    "$cpp" --steps 40 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 5 --out "$work/tmpfs/c.h5" >"$work/c.log" 2>&1
+    "$cpp" --steps 40 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 5 --overwrite --out "$work/tmpfs/c.h5" >"$work/c.log" 2>&1
     check "C++ disk of ${kb}k" $? "$work/c.log" "$work/tmpfs/c.h5" 40
     rm -f "$work/tmpfs/c.h5"
     "$py" "$(dirname "$0")/../../examples/python/train_gpt2.py" --lib "$lib" --steps 30 --n-embd 32 --block 32 --batch 4 \
-      --out "$work/tmpfs/p.h5" >"$work/p.log" 2>&1
+      --overwrite --out "$work/tmpfs/p.h5" >"$work/p.log" 2>&1
     check "Python disk of ${kb}k" $? "$work/p.log" "$work/tmpfs/p.h5" 30
     umount "$work/tmpfs"
   done

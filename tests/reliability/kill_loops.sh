@@ -16,10 +16,10 @@ for loop in cpp py; do
     for t in $(seq "$trials"); do
       trace=$work/$loop.$sig.$t.h5
       if [[ $loop == cpp ]]; then
-        "$cpp" --steps 400 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 10 --out "$trace" >/dev/null 2>&1 &
+        "$cpp" --steps 400 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 10 --overwrite --out "$trace" >/dev/null 2>&1 &
       else
         "$py" "$(dirname "$0")/../../examples/python/train_gpt2.py" --lib "$lib" --steps 400 --n-embd 32 --block 32 --batch 4 \
-          --out "$trace" >/dev/null 2>&1 &
+          --overwrite --out "$trace" >/dev/null 2>&1 &
       fi
       pid=$!
       sleep "$(( RANDOM % 30 + 5 ))e-1"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A second writer on the path of a live trace fails with one clear line and the first trace
-# stays whole (issue 17, defect 1): `lpdiag synth` and `gpt2_train` against a live `lpdiag synth`.
+# stays whole: `lpdiag synth` and `gpt2_train` against a live `lpdiag synth`.
 #   second_writer.sh LPDIAG GPT2_TRAIN
 set -u
 lpdiag=$1 cpp=$2
@@ -17,7 +17,7 @@ rc=$?
 if [[ $rc == 2 && $(wc -l <"$work/second.log") == 1 ]] && grep -q "another writer" "$work/second.log"; then echo "ok   lpdiag synth refused: $(cat "$work/second.log")"
 else echo "FAIL lpdiag synth: exit $rc: $(cat "$work/second.log")"; fail=1; fi
 if [[ -x $cpp ]]; then
-  "$cpp" --steps 5 --n-layer 1 --n-head 1 --n-embd 16 --block 16 --batch 2 --out "$trace" >"$work/cpp.log" 2>&1
+  "$cpp" --steps 5 --n-layer 1 --n-head 1 --n-embd 16 --block 16 --batch 2 --overwrite --out "$trace" >"$work/cpp.log" 2>&1
   rc=$?
   if [[ $rc == 2 ]] && grep -q "another writer" "$work/cpp.log" && [[ $(grep -c . "$work/cpp.log") -le 2 ]]; then echo "ok   gpt2_train refused: $(grep another "$work/cpp.log")"
   else echo "FAIL gpt2_train: exit $rc: $(cat "$work/cpp.log")"; fail=1; fi

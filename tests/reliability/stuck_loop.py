@@ -28,7 +28,7 @@ def check(what, ok, detail=""):
 CHILD = r'''
 import os, sys, time, torch
 torch.ops.load_library(sys.argv[1])
-mon = torch.classes.lpdiag.Monitor(sys.argv[2], 1, 2, 8, "{}", 0, 1)
+mon = torch.classes.lpdiag.Monitor(sys.argv[2], 1, 2, 8, "{}", 0, 1, False)
 mon.set_flush_every(1000)  # nothing is flushed before the signal
 if sys.argv[3] == "cuda":
     w = torch.randn(48, 16, device="cuda")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGTERM and SIGINT lose no record (issue 17, defect 3): with a flush interval longer than the
+# SIGTERM and SIGINT lose no record: with a flush interval longer than the
 # run, a graceful termination still leaves every step recorded before it, in a cleanly closed
 # trace. C++: the Monitor flushes at the next record() and re-raises the signal. Python: SIGTERM
 # the same way; SIGINT is Python's KeyboardInterrupt, and the example closes in `finally`.
@@ -16,10 +16,10 @@ for loop in cpp py; do
     t=$work/$loop.$sig.h5
     if [[ $loop == cpp ]]; then
       with_default_sigint "$cpp" --steps 1000000 --n-layer 2 --n-head 2 --n-embd 32 --block 32 --batch 4 --flush-every 100000 --log-every 1 \
-        --out "$t" >"$work/log" 2>&1 &
+        --overwrite --out "$t" >"$work/log" 2>&1 &
     else
       with_default_sigint "$py" "$(dirname "$0")/../../examples/python/train_gpt2.py" --lib "$lib" --steps 1000000 --n-embd 32 --block 32 \
-        --batch 4 --out "$t" >"$work/log" 2>&1 &
+        --batch 4 --overwrite --out "$t" >"$work/log" 2>&1 &
     fi
     pid=$!
     sleep 4

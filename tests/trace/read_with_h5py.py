@@ -1,5 +1,5 @@
 """Reads lpdiag's fixture trace and capture with h5py alone (not lpdiag) and checks paths,
-shapes, attributes and values against TRACE_FORMAT.md and the fixture's formulas."""
+shapes, attributes and values against docs/reference/trace-format.md and the fixture's formulas."""
 import json
 import math
 import sys

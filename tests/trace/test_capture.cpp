@@ -7,6 +7,7 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/numerics/convert.hpp"
 #include "lpdiag/trace/capture.hpp"
+#include "test_seed.hpp"
 
 using namespace lpdiag;
 
@@ -31,7 +32,7 @@ AttentionCapture random_capture(std::uint64_t seed) {
 }  // namespace
 
 TEST_CASE("capture files round-trip every attribute and tensor", "[trace][capture]") {
-  const AttentionCapture c = random_capture(std::random_device{}());
+  const AttentionCapture c = random_capture(lpdiag_test::seed("test_capture#3", 1023760u));
   const std::string p = tmp(capture_file_name("run", c.step, c.layer_index).c_str());
   CHECK(p.find("run.capture.1234.3.h5") != std::string::npos);
   write_capture(p, c);

@@ -1,5 +1,5 @@
 // A second writer on a trace that is being written is refused before it touches the file, and
-// the first trace stays whole (issue 17, defect 1). In one process the two writers hold two
+// the first trace stays whole. In one process the two writers hold two
 // open file descriptions, which conflict exactly as two processes would.
 #include <sys/wait.h>
 #include <unistd.h>

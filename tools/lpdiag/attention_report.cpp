@@ -42,6 +42,14 @@ std::vector<FixConfig> parse_fix_list(const std::string& text) {
   return out;
 }
 
+std::string format_table_legend() {
+  return "columns: O err mean and O z: the signed error of O against the fp64 reference, its mean and z (one-signed rounding "
+         "shows as a large |z|); worst z: the worst feature column's z; δ err mean, δ z: the same for δ = rowsum(dO ∘ O); D: "
+         "the summed δ error (the paper's driver); rep.rows: rows whose maximum repeats; P̄==1: probability entries rounded "
+         "to exactly 1; fixed: rows the fix changed; NaN: non-finite outputs; |z|-ex: |z| beyond exact rounding's (the "
+         "gate); O rms: the O error's RMS";
+}
+
 std::string format_table_header() {
   return fmt::format("{:<11} {:<6} {:>11} {:>8} {:>8} {:>11} {:>8} {:>11} {:>9} {:>9} {:>8} {:>6}", "policy", "fix",
                      "O err mean", "O z", "worst z", "δ err mean", "δ z", "D", "rep.rows", "P̄==1", "fixed", "NaN");

@@ -16,6 +16,8 @@ std::vector<AttentionConfig> parse_policy_list(const std::string& text);
 std::vector<FixConfig> parse_fix_list(const std::string& text);
 
 std::string format_table_header();
+// What each column of the table means, one paragraph.
+std::string format_table_legend();
 std::string format_table_row(const AttentionSummary& s);
 nlohmann::json to_json(const AttentionSummary& s);
 

@@ -38,6 +38,8 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
   j["missing_links"] = c.missing_links;
   j["findings"] = c.findings;
   j["run"] = verdict_to_json(c.run);
+  // false: too few records for any verdict (run.healthy then claims nothing).
+  j["run"]["judged"] = c.judged;
   j["simultaneous_onsets"] = c.simultaneous;
   j["driving_evidence"] = c.driving.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.driving);
   j["decide_with"] = c.decide.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.decide);

@@ -9,42 +9,46 @@
 #include "lpdiag/command.hpp"
 #include "progress.hpp"
 #include "run_analysis.hpp"
+#include "verdict_summary.hpp"
 
 namespace lpdiag::cli {
 namespace {
 
 struct AnalyzeArgs {
   std::vector<std::string> paths, reference;
-  bool json = false;
+  bool json = false, verbose = false;
   int bins = 512;
   double bias_z = 4.0;
   int workers = 0;
 };
 
-void print_run(const analysis::BinnedTrace& t, const analysis::ChainResult& c) {
+// The answer first (verdict_summary), then one line per link; the evidence of each link, the
+// findings and the reference's reasoning with --verbose.
+void print_run(const AnalyzedRun& run, const std::optional<analysis::ReferenceComparison>& cmp, bool verbose) {
+  const analysis::BinnedTrace& t = run.t;
+  const analysis::ChainResult& c = run.c;
   std::cout << fmt::format("{} ({} file{}, {} records, steps {}..{})\n", t.files.front(), t.files.size(),
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
-  if (c.run.healthy) std::cout << (c.run.warnings.empty() ? "RUN HEALTHY\n" : "RUN HEALTHY, with a warning\n");
-  else std::cout << fmt::format("RUN FAILED: {} from step {}\n  {}\n", c.run.failure.kind, c.run.failure.onset_step, c.run.failure.evidence);
-  for (const auto& w : c.run.warnings) std::cout << fmt::format("  warning: {} from step {}: {}\n", w.kind, w.onset_step, w.evidence);
-  if (c.found)
-    std::cout << fmt::format("CAUSAL CHAIN at layer {}, head {} (confidence {:.2f}{})\n", c.layer_index, c.head, c.confidence,
-                             c.driving == "reference" ? "; decided by the reference run" : "");
-  else if (c.undecided)
-    std::cout << fmt::format("CANDIDATE CHAIN at layer {}, head {}: undecided (the trace cannot show that the bias drives the growth)\n",
-                             c.layer_index, c.head);
-  else
-    std::cout << "no causal chain\n";
-  for (const auto& l : c.links) {
-    if (l.present)
-      std::cout << fmt::format("  {} {:<30} step {:>9}  conf {:.2f}  {}\n", l.id, l.name, l.onset_step, l.confidence, l.evidence);
-    else
-      std::cout << fmt::format("  {} {:<30} {:>14}  {}\n", l.id, l.name, "MISSING", l.evidence);
+  for (const auto& line : verdict_summary(c, run.numerics, cmp)) std::cout << line << "\n";
+  if (!c.judged) return;
+  std::cout << "\nlinks:\n";
+  for (const auto& line : link_table(c)) std::cout << line << "\n";
+  if (!verbose) {
+    std::cout << "(the evidence of each link and every finding: --verbose)\n";
+    return;
   }
+  std::cout << "\nevidence:\n";
+  for (const auto& l : c.links) std::cout << fmt::format("  {}: {}\n", l.id, l.evidence);
   if (c.correlation.computed)
     std::cout << fmt::format("  bias -> growth: lag {} bins, r {:.2f}, p {:.2g}\n", c.correlation.lag_bins, c.correlation.r, c.correlation.p);
   std::cout << "findings:\n";
-  for (const auto& f : c.findings) std::cout << "  - " << f << "\n";
+  // The links' own sentences were printed above; the findings add the rest.
+  for (const auto& f : c.findings) {
+    bool is_link = false;
+    for (const auto& l : c.links) is_link = is_link || f.rfind(l.id + " " + l.name, 0) == 0;
+    if (!is_link) std::cout << "  - " << f << "\n";
+  }
+  if (cmp) std::cout << fmt::format("reference {}:\n  {}\n", cmp->path, cmp->evidence);
 }
 
 int run_analyze(const AnalyzeArgs& a) {
@@ -68,18 +72,12 @@ int run_analyze(const AnalyzeArgs& a) {
       j["reference"] = reference_to_json(*cmp);
       j["reference"]["run"] = verdict_to_json(ref->c.run);
     }
+    j["summary"] = verdict_summary(run.c, run.numerics, cmp);
     std::cout << j.dump(2) << "\n";
-    return kOk;
+    return verdict_exit_code(run.c);
   }
-  print_run(run.t, run.c);
-  if (cmp) {
-    const char* verdict = !cmp->attributable ? "UNDECIDED" : *cmp->attributable ? "YES" : "NO";
-    std::cout << fmt::format("reference {}: {}\nattributable to the attention numerics: {}\n  {}\n", cmp->path,
-                             ref->c.run.healthy ? "healthy" : "failed: " + ref->c.run.failure.kind + " from step " +
-                                                                  std::to_string(ref->c.run.failure.onset_step),
-                             verdict, cmp->evidence);
-  }
-  return kOk;
+  print_run(run, cmp, a.verbose);
+  return verdict_exit_code(run.c);
 }
 
 }  // namespace
@@ -88,13 +86,15 @@ Registration register_analyze(CLI::App& app) {
   auto args = std::make_shared<AnalyzeArgs>();
   CLI::App* sub = app.add_subcommand(
       "analyze", "Judge the run (healthy or failed, how, when) and rebuild the causal chain (trigger -> bias -> aligned updates -> "
-                 "spectral growth -> failure)");
+                 "spectral growth -> failure). Exit 0: healthy, no chain; 1: the run failed or a chain or candidate is named; 2: "
+                 "unusable input");
   sub->add_option("traces", args->paths, "Trace files (several = the rank files of one run)")->required();
   sub->add_option("--reference", args->reference,
                   "Counterfactual run of the same config and seed with other attention numerics (fp32 attention, PyTorch's own, the "
                   "fix): says whether the failure is attributable to the attention numerics")
       ->expected(1, 64);
   sub->add_flag("--json", args->json, "Print one JSON object on stdout");
+  sub->add_flag("-v,--verbose", args->verbose, "Also print the evidence of each link, every finding and the reference's reasoning");
   sub->add_option("--bins", args->bins, "Time resolution: number of bins the run is reduced to")->capture_default_str()->check(CLI::Range(8, 100000));
   sub->add_option("--bias-z", args->bias_z, "|z| a delta-error mean must reach to count as biased rounding")->capture_default_str();
   sub->add_option("--workers", args->workers,

@@ -93,6 +93,7 @@ int run_probe(const ProbeArgs& a) {
   std::vector<JunitCase> cases;
   int failures = 0, skipped = 0;
   if (!a.json)
+    std::cout << format_table_legend() << "\n\n";
     std::cout << fmt::format("{:<13} {:<6} {:<4} ", "family", "causal", "seed") << format_table_header()
               << fmt::format(" {:>9} {:>9} {:>9}", "O |z|-ex", "δ |z|-ex", "O rms") << "\n";
   for (const auto& fam : families) {
@@ -205,7 +206,7 @@ Registration register_probe(CLI::App& app) {
   sub->add_option("-p,--policy", args->policies, "Comma-separated CPU policies: fa2, fa2-seq, seed, seed-mma, fp32, fp8-p, fp8-p:e5m2 (default fa2 unless --kernel is given)");
   sub->add_option("-k,--kernel", args->kernels, "Also probe real kernels: lpdiag-cuda (lpdiag's fa2 CUDA kernels, every --fix), lpdiag-cuda:seed[:tile=N] (its seed kernels), lpdiag-cuda:seed-mma[:tile=N] (its tensor-core seed kernels), lpdiag-cuda:fp32 (its fp32 kernels); PyTorch's backends: python3 -m lpdiag probe");
   sub->add_option("--level", args->level, "Instrumentation level of the kernels under test: off, counters, full")->capture_default_str();
-  sub->add_option("-f,--fix", args->fixes, "Comma-separated fixes: none, paper, safe (paper:beta=7,tol=1e-3)")->capture_default_str();
+  sub->add_option("-f,--fix", args->fixes, "Comma-separated fixes: none, paper, safe, sr (stochastic rounding of O); parameters as paper:beta=7,tol=1e-3")->capture_default_str();
   sub->add_option("--causal", args->causal, "yes, no or both")->capture_default_str();
   sub->add_option("--fail-z", args->fail_z, "Fail when |z| of the O or delta error exceeds exact rounding's |z| by more than this (and by 10%)")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object on stdout");

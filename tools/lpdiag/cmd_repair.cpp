@@ -1,5 +1,5 @@
 // `lpdiag repair TRACE…`: clears the status flags a killed writer left, so that any HDF5 reader
-// opens the trace (docs/TRACE.md, "A killed writer"). Exit 0 repaired or nothing to do, 2 when a
+// opens the trace (docs/reference/trace-io.md, "A killed writer"). Exit 0 repaired or nothing to do, 2 when a
 // file is not a trace or a live writer holds it.
 #include <iostream>
 

@@ -3,7 +3,9 @@
 // with a reference run its loss and max logit overlaid.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "chain_json.hpp"
@@ -21,6 +23,8 @@ namespace {
 struct ReportArgs {
   std::vector<std::string> paths, reference;
   std::string out = "report.html";
+  std::int64_t layer = -1, head = -1;  // < 0: the flagged place
+  bool overwrite = false;
 };
 
 const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -49,6 +53,12 @@ int run_report(const ReportArgs& a) {
     analysis::settle_with_reference(run.c, *cmp);
   }
   if (t.layers.empty()) throw InputError(a.paths.front() + ": the trace has no attention layers to report on");
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(a.out, ec)) throw InputError(a.out + ": is a directory; give the report a file name (-o report.html)");
+    if (!a.overwrite && std::filesystem::exists(a.out, ec))
+      throw InputError(a.out + ": already exists and was left untouched; pass --overwrite to replace it, or -o another file");
+  }
 
   // The flagged place: the chain's, else the strongest localized link's, else layer 0 head 0.
   std::int64_t layer = t.layers.front(), head = 0;
@@ -59,6 +69,15 @@ int run_report(const ReportArgs& a) {
         layer = c.links[k].layer_index, head = std::max<std::int64_t>(0, c.links[k].head);
         break;
       }
+  if (a.layer >= 0) {
+    if (std::find(t.layers.begin(), t.layers.end(), a.layer) == t.layers.end())
+      throw InputError(fmt::format("--layer {}: the trace has attention layers {}..{}", a.layer, t.layers.front(), t.layers.back()));
+    layer = a.layer;
+  }
+  if (a.head >= 0) {
+    if (a.head >= t.heads) throw InputError(fmt::format("--head {}: the trace's layers have {} heads (0..{})", a.head, t.heads, t.heads - 1));
+    head = a.head;
+  }
   const std::size_t slot = t.layer_slot(layer);
 
   std::vector<double> x(static_cast<std::size_t>(t.bins));
@@ -95,9 +114,11 @@ int run_report(const ReportArgs& a) {
                    {{"δ error z", analysis::delta_z(t, slot, head), kColors[3]}, {"O error z", analysis::o_z(t, slot, head), kColors[0]}},
                    marks});
   {
-    std::vector<double> d(static_cast<std::size_t>(t.bins));
+    // NaN in the bins without delta-error records: a trace without any says "no data", never a flat 0.
+    std::vector<double> d(static_cast<std::size_t>(t.bins), NAN);
     double total = 0;
-    for (int b = 0; b < t.bins; ++b) d[b] = total += t.at(slot, head, b).d_sum;
+    for (int b = 0; b < t.bins; ++b)
+      if (t.at(slot, head, b).d_count > 0) d[b] = total += t.at(slot, head, b).d_sum;
     plots.push_back({fmt::format("Running driver D = Σ(δ_lp − δ_hp), layer {} head {}", layer, head), "D", x, {{"D", d, kColors[4]}}, marks});
   }
   {
@@ -146,13 +167,20 @@ int run_report(const ReportArgs& a) {
                         html_escape(l.evidence));
   html += "</table><ul>";
   for (const auto& f : c.findings) html += "<li>" + html_escape(f) + "</li>";
-  html += "</ul><h3>Chain timeline</h3><div class=\"timeline\" id=\"timeline\">";
-  const double span = std::max<double>(1, double(t.last_step - t.first_step));
-  for (const auto& l : c.links)
-    if (l.present)
-      html += fmt::format("<div class=\"tick\" style=\"left:{:.1f}%\">{}<br>{}</div>", 100.0 * double(l.onset_step - t.first_step) / span,
-                          l.id, l.onset_step);
-  html += "</div>";
+  html += "</ul><h3>Chain timeline</h3>";
+  bool any_link = false;
+  for (const auto& l : c.links) any_link = any_link || l.present;
+  if (!any_link) {
+    html += "<p class=\"open\" id=\"timeline\">No link of the chain was found in this trace, so there is no timeline to draw.</p>";
+  } else {
+    html += fmt::format("<div class=\"timeline\" id=\"timeline\" title=\"steps {}..{}\">", t.first_step, t.last_step);
+    const double span = std::max<double>(1, double(t.last_step - t.first_step));
+    for (const auto& l : c.links)
+      if (l.present)
+        html += fmt::format("<div class=\"tick\" style=\"left:{:.1f}%\">{}<br>{}</div>", 100.0 * double(l.onset_step - t.first_step) / span,
+                            l.id, l.onset_step);
+    html += fmt::format("</div><p style=\"font-size:11px;color:#777\">steps {} (left) to {} (right)</p>", t.first_step, t.last_step);
+  }
   for (const auto& p : plots) html += "<div>" + render_svg(p) + "</div>";
   html += fmt::format("<p style=\"font-size:11px;color:#777\">{} plots. Dashed red lines: link onsets. * marks the flagged head.</p>", plots.size());
   html += "</body></html>\n";
@@ -172,6 +200,9 @@ Registration register_report(CLI::App& app) {
   sub->add_option("traces", args->paths, "Trace files (several = the rank files of one run)")->required();
   sub->add_option("-o,--output", args->out, "Output HTML file")->capture_default_str();
   sub->add_option("--reference", args->reference, "Counterfactual run to compare with and overlay")->expected(1, 64);
+  sub->add_option("--layer", args->layer, "Attention layer of the per-head plots (default: the chain's, else the strongest link's)");
+  sub->add_option("--head", args->head, "Head of the per-head plots (default: the chain's, else the strongest link's)");
+  sub->add_flag("--overwrite", args->overwrite, "Replace an existing output file (without it, an existing file is refused)");
   return {sub, [args] { return run_report(*args); }};
 }
 

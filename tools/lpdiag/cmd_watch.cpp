@@ -15,6 +15,7 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
+#include "run_analysis.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -67,8 +68,11 @@ int run_watch(const WatchArgs& a) {
         last_records = r.records();
         last_growth = Clock::now();
         if (last_records > 0) {
-          const auto bt = analysis::bin_traces({a.path}, 512);
-          const auto c = analysis::reconstruct_chain(bt);
+          // The same analysis as `lpdiag analyze` (the recorded numerics accounted for), so the
+          // two never disagree on one trace.
+          const AnalyzedRun run = analyze_run({a.path}, 512, 4.0, 1);
+          const auto& bt = run.t;
+          const auto& c = run.c;
           for (int k = 0; k < 5; ++k) {
             const auto& l = c.links[static_cast<std::size_t>(k)];
             if (l.present && !seen[static_cast<std::size_t>(k)]) {
@@ -95,15 +99,15 @@ int run_watch(const WatchArgs& a) {
     }
     if (closed) {
       std::cout << fmt::format("writer closed {} after {} records", a.path, last_records) << std::endl;
-      return kOk;
+      return failure_seen ? kFinding : kOk;
     }
     if (g_stop) {
       std::cout << "stopped" << std::endl;
-      return kOk;
+      return failure_seen ? kFinding : kOk;
     }
     if (a.idle_exit > 0 && std::chrono::duration<double>(Clock::now() - last_growth).count() > a.idle_exit) {
       std::cout << fmt::format("no new records for {:.0f} s; the writer may have died", a.idle_exit) << std::endl;
-      return kOk;
+      return failure_seen ? kFinding : kOk;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(a.interval * 1000)));
   }
@@ -113,7 +117,11 @@ int run_watch(const WatchArgs& a) {
 
 Registration register_watch(CLI::App& app) {
   auto args = std::make_shared<WatchArgs>();
-  CLI::App* sub = app.add_subcommand("watch", "Follow a live trace and print the run verdict and each link of the chain as they appear");
+  CLI::App* sub = app.add_subcommand(
+      "watch",
+      "Follow a live trace and print the run verdict and each link of the chain as they appear. Records become visible as the "
+      "writer flushes them: every flush_every records (default 100) or every 10 s, whichever comes first. Exit 0: the run "
+      "did not fail while watched; 1: it failed; 2: unusable input");
   sub->add_option("trace", args->path, "Trace file being written")->required();
   sub->add_option("--interval", args->interval, "Seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--wait", args->wait, "Seconds to wait for the file to appear")->capture_default_str();

@@ -51,7 +51,7 @@ std::string render_svg(const Plot& p, int width, int height) {
   }
   svg += fmt::format(R"S(<text x="{}" y="{}" font-size="11" text-anchor="middle">step</text>)S", left + pw / 2, height - 4);
   svg += fmt::format(R"S(<text x="14" y="{}" font-size="11" transform="rotate(-90 14 {})" text-anchor="middle">{}</text>)S", top + ph / 2,
-                     top + ph / 2, html_escape(p.y_label));
+                     top + ph / 2, html_escape(p.y_label + (p.log_y ? " (log scale)" : "")));
   for (const auto& m : p.markers) {
     if (m.step < xmin || m.step > xmax) continue;
     svg += fmt::format(R"S(<line class="onset" x1="{0}" x2="{0}" y1="{1}" y2="{2}" stroke="#c00" stroke-dasharray="4 3"/>)S", X(double(m.step)), top, top + ph);
@@ -59,18 +59,30 @@ std::string render_svg(const Plot& p, int width, int height) {
   }
   int li = 0;
   for (const auto& s : p.series) {
-    std::string d;
+    // A series valued in under half of its points is sparse by design (a statistic recorded every
+    // Nth step): its points are joined across the gaps and each is drawn as a dot. A dense series
+    // keeps its gaps (NaN there means not measured).
+    std::size_t valued = 0;
+    for (std::size_t i = 0; i < s.y.size() && i < p.x.size(); ++i) valued += std::isfinite(s.y[i]) && (!p.log_y || s.y[i] > 0);
+    const bool sparse = 2 * valued < std::min(s.y.size(), p.x.size());
+    std::string d, dots;
     bool pen = false;
     for (std::size_t i = 0; i < s.y.size() && i < p.x.size(); ++i) {
       const double v = s.y[i];
       if (!std::isfinite(v) || (p.log_y && v <= 0)) {
-        pen = false;
+        pen = pen && sparse;
         continue;
       }
       d += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", X(p.x[i]), Y(ty(v)));
+      if (sparse) dots += fmt::format(R"S(<circle cx="{:.1f}" cy="{:.1f}" r="1.8" fill="{}"/>)S", X(p.x[i]), Y(ty(v)), s.color);
       pen = true;
     }
     svg += fmt::format(R"S(<path class="series" d="{}" fill="none" stroke="{}" stroke-width="1.4"/>)S", d.empty() ? "M0,0" : d, s.color);
+    svg += dots;
+    if (valued == 0) {
+      svg += fmt::format(R"S(<text x="{}" y="{}" font-size="10" fill="#888">{}: no data</text>)S", left + 8, top + 14 + 13 * li,
+                         html_escape(s.name));
+    }
     svg += fmt::format(R"S(<rect x="{}" y="{}" width="10" height="3" fill="{}"/><text x="{}" y="{}" font-size="10">{}</text>)S",
                        left + pw + 8, top + 6 + 13 * li, s.color, left + pw + 22, top + 10 + 13 * li, html_escape(s.name));
     ++li;

@@ -25,7 +25,7 @@ __host__ __device__ constexpr int bwd_warps() {
 }
 
 // Query rows per tile, both head dims. At d = 128, 64 rows against 32 took the backward from
-// 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/BENCHMARKS.md).
+// 157 to 171 TFLOP/s causal and 164 to 188 non-causal on the H200 (docs/results/performance.md).
 constexpr int kBwdRows = 64;
 
 template <int D, int Bc>
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(bwd_warps<Bc>() * 32) flash_bwd_kernel(BwdPara
 // delta_i = sum_c dO_ic O_ic, in fp32 and in the CPU's order (one thread per row, c ascending).
 // full: also delta_lp - delta_hp with delta_hp = sum_c dO_ic (O_ic - residual_ic) in fp64. That sum's
 // order does not matter at fp64, so D / 8 lanes share a row and read the fp32 residual coalesced
-// (the thread-per-row loop over it took 92 against 24 us at the GPT-2 shape, session 7 run 7).
+// (the thread-per-row loop over it took 92 against 24 us at the GPT-2 shape).
 template <int D, bool Full>
 __global__ void __launch_bounds__(256) flash_bwd_delta_kernel(BwdParams p) {
   constexpr int kRows = 256;            // rows per block, one thread each for delta

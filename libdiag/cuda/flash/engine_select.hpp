@@ -53,7 +53,7 @@ inline bool use_wgmma(const char* var) {
 }
 
 // Query rows per block of the wgmma forward: 64 at d = 64 and 128 at d = 128 (the faster of the
-// two on the H200, docs/BENCHMARKS.md), or `value` (LPDIAG_FLASH_FWD_ROWS) = 64 or 128.
+// two on the H200, docs/results/performance.md), or `value` (LPDIAG_FLASH_FWD_ROWS) = 64 or 128.
 inline int parse_forward_rows(const char* value, int d) {
   const std::string v = value == nullptr ? "" : value;
   if (v.empty()) return d == 64 ? 64 : 128;

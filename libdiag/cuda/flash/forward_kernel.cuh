@@ -1,6 +1,6 @@
 // FlashAttention-2 forward, bf16, one block per (128 query rows, batch x head), 8 warps of 16
 // rows each, key tiles of 64 double-buffered through cp.async. The online softmax follows the
-// CPU fa2 policy operation by operation (docs/CUDA_KERNELS.md says where the order differs):
+// CPU fa2 policy operation by operation (docs/reference/cuda-kernels.md says where the order differs):
 // S = alpha * (Q K^T) in fp32, tile max, the fix's shift, m_new = max(m, shift),
 // corr = exp(m - m_new), P-bar = exp(S - m_new), l = l * corr + sum P-bar (unrounded),
 // acc = acc * corr + bf16(P-bar) V, O = bf16(acc / l), L = m + log(l).

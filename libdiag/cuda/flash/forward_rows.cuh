@@ -9,7 +9,7 @@
 // The thread's rows and columns are those of an mma.sync C fragment, which wgmma's accumulator
 // shares: element e of n8 tile n is row row[e / 2], key j0 + 8 n + 2 (lane % 4) + (e % 2).
 // The counters cost about 4 instructions per logit on top of the softmax's 7 or so; how each is
-// counted is the form that measured fastest (docs/BENCHMARKS.md, session 8).
+// counted is the form that measured fastest (docs/results/performance.md).
 #pragma once
 #include <cuda_bf16.h>
 

@@ -24,7 +24,7 @@ namespace lpdiag::cuda::flash {
 // Query rows per block: 128 (two warpgroups of 64 sharing each K/V tile) or 64 (one warpgroup
 // per block; blocks on one SM then drift apart, so one's MMAs overlap another's softmax). Key
 // tiles stay at kBlockKeys = 64: the tile-repeat counter is defined on the fa2 policy's 64-key
-// tiles (a 128-key tile counted 70 where the CPU counts 140, session 7 run 6).
+// tiles (a 128-key tile counted 70 where the CPU counts 140).
 template <int D>
 __host__ __device__ constexpr int fwd_wgmma_smem_bytes(int rows) {
   return (rows * D + 4 * kBlockKeys * D) * 2 + kSmemAlign;

@@ -1,6 +1,7 @@
 // The kernels' view of one launch: raw device pointers, element strides and the numerics
 // switches, filled by the launchers from the public argument structs.
 #pragma once
+#include "lpdiag/attention/attention_config.hpp"
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -24,11 +25,17 @@ struct OutView {
   __device__ __nv_bfloat16* row(int b, int h, int n) const { return ptr + b * sb + h * sh + n * sn; }
 };
 
+// The fix as every kernel family takes it (fa2, seed, seed-mma, fp32): the one device form of
+// FixConfig, filled by fix_params.
 struct FixParams {
-  int kind;  // 0 none, 1 paper, 2 safe, 3 sr
+  int kind;  // 0 none, 1 paper, 2 safe, 3 sr: FixConfig::Kind's order
   float tol, beta, offset;
   std::uint32_t seed;  // sr
 };
+
+inline FixParams fix_params(const FixConfig& f) {
+  return {static_cast<int>(f.kind), static_cast<float>(f.tol), static_cast<float>(f.beta), static_cast<float>(f.offset), f.seed};
+}
 
 struct FwdParams {
   Strided q, k, v;

@@ -1,6 +1,6 @@
 // The fp32 policy (the counterfactual: attention in fp32 from bf16 inputs) on the CUDA cores,
 // one thread per query row (forward, delta, dQ) or key (dK, dV), bit for bit the CPU engine's
-// order (tiled_head.hpp, Mode::fp32; docs/ATTENTION_NUMERICS.md): every dot product over the
+// order (tiled_head.hpp, Mode::fp32; docs/reference/attention-numerics.md): every dot product over the
 // feature index from 0, explicit round-to-nearest operations (no FMA contraction), exp and log
 // from numerics/exp_log_fp32.hpp (the same code on host and device), key tiles of key_tile
 // keys (64 ... 512) staged 64 at a time. O leaves the kernel rounded to bf16 once; the delta

@@ -1,4 +1,4 @@
-// The seed policy's forward, one thread per query row (docs/CUDA_KERNELS.md, "seed"): the
+// The seed policy's forward, one thread per query row (docs/reference/cuda-kernels.md, "seed"): the
 // paper's all-bf16 tile order on the CUDA cores, bit for bit the CPU emulation's. Key tiles of
 // key_tile (64 ... 512) are processed in chunks of 64 keys staged in shared memory: a first
 // pass forms S for the whole tile (kept as bf16 bits, which S is) and its max, a second pass

@@ -40,7 +40,7 @@ void set_common(Params& p, const Args& a) {
 inline void check_copyable(const BF16View& x, const char* name) { flash::view(x, name); }
 
 // The fix as the kernels take it (declared first: the fills below use it).
-inline FixParams fix_params(const FixConfig& f);
+using flash::fix_params;
 
 // A forward launch's parameters from its arguments: the checks, inputs, outputs and fix.
 inline FwdParams forward_params(const FlashForwardArgs& a) {
@@ -80,9 +80,5 @@ inline BwdParams backward_params(const FlashBackwardArgs& a) {
   return p;
 }
 
-// The fix as the kernels take it (none 0, paper 1, safe 2, sr 3: the enum's order).
-inline FixParams fix_params(const FixConfig& f) {
-  return {static_cast<int>(f.kind), static_cast<float>(f.tol), static_cast<float>(f.beta), static_cast<float>(f.offset), f.seed};
-}
 
 }  // namespace lpdiag::cuda::seed

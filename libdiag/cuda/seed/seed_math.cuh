@@ -1,5 +1,5 @@
 // The `seed` policy's arithmetic on the device, operation for operation as the CPU engine's
-// (libdiag/src/attention/tiled_head.hpp, Mode::seed; docs/ATTENTION_NUMERICS.md): every product
+// (libdiag/src/attention/tiled_head.hpp, Mode::seed; docs/reference/attention-numerics.md): every product
 // and sum is an explicit round-to-nearest intrinsic (no FMA contraction), every dot product runs
 // over the feature index in order, and exp and log, whose arguments are bf16 values in this
 // policy, are read from tables the host fills with the CPU's own expf / logf (seed_tables.cu), so

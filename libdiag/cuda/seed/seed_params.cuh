@@ -9,11 +9,7 @@
 
 namespace lpdiag::cuda::seed {
 
-struct FixParams {
-  int kind;  // 0 none, 1 paper, 2 safe, 3 sr
-  float tol, beta, offset;
-  std::uint32_t seed;
-};
+using flash::FixParams;
 
 // The shift of a tile whose max is tm when `near` of its entries pass the paper's tie test, in
 // the policy's bf16 arithmetic: paper m = beta tm (tm > 0) or 0 (tm < 0), safe m = tm + offset;

@@ -1,4 +1,4 @@
-// What the seed-mma kernels share (docs/CUDA_KERNELS.md, "The seed-mma kernels"): the seed
+// What the seed-mma kernels share (docs/reference/cuda-kernels.md, "The seed-mma kernels"): the seed
 // policy's roundings and tables (seed/seed_math.cuh) with the products on the tensor cores
 // (flash/mma.cuh). Blocks of four warps, 16 rows (query rows, or keys in the dK/dV kernel) per
 // warp; keys (or query rows) streamed through shared memory in chunks of kChunkRows<D>.
@@ -19,11 +19,11 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBlockRows = kWarps * 16;  // rows of a block: 64
 
 // Blocks per SM the compiler must leave registers for (__launch_bounds__' second argument), d = 64. The
-// kernels are latency-bound (ncu, session 21: 12-18% occupancy, issue slots 23-40% busy): at
+// kernels are latency-bound (ncu, 12-18% occupancy, issue slots 23-40% busy): at
 // 190-255 registers they fit 2 blocks per SM; capped at 168 for 3 (the backward with a few hundred
 // bytes of spills, the forward at d = 64 with none) the backward ran 18-20% faster at the GPT-2
-// shape and the forward 13% (docs/BENCHMARKS.md, session 21).
-// Overridable for A/B builds (bench/seed_mma_occupancy_ab.sh).
+// shape and the forward 13% (docs/results/performance.md).
+// Overridable for A/B builds (-DLPDIAG_SEED_MMA_FWD_MIN_BLOCKS=N, -DLPDIAG_SEED_MMA_BWD_MIN_BLOCKS=N).
 #ifndef LPDIAG_SEED_MMA_FWD_MIN_BLOCKS
 #define LPDIAG_SEED_MMA_FWD_MIN_BLOCKS 3
 #endif

@@ -19,7 +19,7 @@ Level parse_level(const std::string& name) {
   if (name == "off") return Level::off;
   if (name == "counters") return Level::counters;
   if (name == "full") return Level::full;
-  throw InvalidArgument("instrumentation level must be off, counters or full, got '" + name + "'");
+  throw InvalidArgument("level must be off, counters or full, got '" + name + "'");
 }
 
 std::string policy_spec_name(const AttentionConfig& c) {

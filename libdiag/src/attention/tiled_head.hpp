@@ -1,6 +1,6 @@
 // The tiled FlashAttention-2 algorithm for one (batch, head), written once and specialised at
 // compile time for each numerics mode. Every rounding is an explicit call; the order of
-// operations is the one docs/ATTENTION_NUMERICS.md declares. Private to libdiag.
+// operations is the one docs/reference/attention-numerics.md declares. Private to libdiag.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -304,7 +304,7 @@ void deltas(const HeadShape& hs, const float* dout, const Real<M>* o, Real<M>* d
   }
 }
 
-// seed_mma's backward: seed's roundings (docs/ATTENTION_NUMERICS.md) with every product a chain
+// seed_mma's backward: seed's roundings (docs/reference/attention-numerics.md) with every product a chain
 // of tensor-core k16 steps, as the kernels form them: S and dP over the feature index; per query
 // block of Br rows and key tile of Bc keys, dQ's partial over the tile's keys (from its first
 // key), dV's and dK's over the block's rows (from its first row). Masked pairs are zero products,

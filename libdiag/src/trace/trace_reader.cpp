@@ -170,6 +170,7 @@ void TraceReader::Impl::read_layout() {
     a.head_dim = h5::read_attr_i64(grp.get(), "head_dim", path);
     a.policy = h5::read_attr_string(grp.get(), "policy", path);
     a.fix = h5::read_attr_string(grp.get(), "fix", path);
+    if (h5::has_attr(grp.get(), "spec")) a.spec = h5::read_attr_string(grp.get(), "spec", path);
     if (a.n_heads < 1 || a.n_heads > (1 << 20)) bad("attention layer " + name + " has n_heads " + std::to_string(a.n_heads));
     for (const auto& f : schema::kHeadFields) check_len(g + f.name, f.elem, a.n_heads);
     layout.attention.push_back(a);

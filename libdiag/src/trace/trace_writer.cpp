@@ -99,6 +99,7 @@ struct TraceWriter::Impl {
   std::vector<schema::EventRow> pending_events;
   hsize_t events_on_disk = 0;
   std::int64_t pending_rows = 0;
+  std::chrono::steady_clock::time_point last_flush = std::chrono::steady_clock::now();
   std::int64_t last_step = 0;
   bool any_step = false;
   bool failed = false;
@@ -241,6 +242,7 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
     h5::write_attr_i64(grp.get(), "head_dim", a.head_dim, path);
     h5::write_attr_string(grp.get(), "policy", a.policy, path);
     h5::write_attr_string(grp.get(), "fix", a.fix, path);
+    if (!a.spec.empty()) h5::write_attr_string(grp.get(), "spec", a.spec, path);
     for (const schema::HeadField& f : schema::kHeadFields) {
       const std::size_t sz = schema::elem_size(f.elem);
       const std::size_t off = f.offset;
@@ -386,6 +388,7 @@ void TraceWriter::Impl::do_flush() {
     h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing /step");
   }
   pending_rows = 0;
+  last_flush = std::chrono::steady_clock::now();
 }
 
 void TraceWriter::Impl::report_failure(const std::string& msg) {
@@ -480,7 +483,15 @@ void TraceWriter::append(const TraceRecord& r) {
   };
   for (Column& c : s.columns) push(c);
   push(s.step);
-  if (++s.pending_rows >= s.opt.flush_every) flush();
+  ++s.pending_rows;
+  const bool due_by_time = s.opt.flush_seconds > 0 &&
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - s.last_flush).count() >= s.opt.flush_seconds;
+  if (s.pending_rows >= s.opt.flush_every || due_by_time) flush();
+}
+
+void TraceWriter::set_flush_every(int records) {
+  if (records < 1) throw InvalidArgument("TraceWriter: flush_every must be >= 1");
+  impl_->opt.flush_every = records;
 }
 
 void TraceWriter::add_event(const TraceEvent& ev) {

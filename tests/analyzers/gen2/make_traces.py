@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A second synthetic trace generator, written from docs/TRACE_FORMAT.md alone (numpy + h5py),
+"""A second synthetic trace generator, written from docs/reference/trace-format.md alone (numpy + h5py),
 independently of `lpdiag synth` (analyzers/src/synth.cpp), to validate the analyzers on data
 their authors did not shape. What differs from `lpdiag synth`, on purpose:
 
@@ -14,8 +14,8 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
   "undriven" nulls with every link in place, ordered and in one head, whose growth follows an
   AR(1) process independent of the bias (timing alone must not make a chain);
 - failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion;
-- (session 24) "collapse-divergence" traces, the shape of GPT-2 seed-mma/none at seed 3
-  (docs/REPRODUCTION.md): every head's max logit collapses (x60-400) within the first 1-7% of
+- "collapse-divergence" traces, the shape of GPT-2 seed-mma/none at seed 3
+  (docs/results/reproduction.md): every head's max logit collapses (x60-400) within the first 1-7% of
   the run, the loss learns through it for most of the run, then diverges smoothly to 2.5-5x its best
   over 5-10% of the run, from 70-80% of it, with no one-record spike; no link planted. validate.py
   makes a few of them beside the KINDS cycle;
@@ -23,7 +23,7 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
   delta_every-th record only, unmeasured (-1 / NaN) between, as a run at `--full-every` records
   them; the rest of the trace and the random draws are the same as with delta_every = 1;
 - optionally (real_like, validate.py's LPDIAG_GEN2_REAL_LIKE=1) two features of the H200 GPT-2
-  runs (docs/REPRODUCTION.md, session 22): the heads part early (each head's sigma_1 rises by its
+  runs (docs/results/reproduction.md): the heads part early (each head's sigma_1 rises by its
   own factor, up to 4.5x, over the first 3-15% of the run, then levels off) and repeated maxima
   occur at a baseline of 0.5-6% of every head's rows; drawn from a second random stream (the
   draws after the repeated-max counts still differ: a binomial draw's use of the stream depends on
@@ -191,7 +191,7 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
         # Learning that goes on through most of the run, as seed 3's (1.0 at step 1,000, 0.36 at
         # 4,000 of 5,000): a decay rate of 2.5-5 per run. Faster learning, flat by a fifth of the
         # run after the collapse (rate 5-9 was tried), is a case the verdict's rule misses
-        # (docs/ANALYZERS.md).
+        # (docs/reference/analyzers.md).
         loss = rng.uniform(0.3, 0.6) + rng.uniform(2, 4) * np.exp(-rng.uniform(2.5, 5) * f) + t_noise(rng, T, 0.01)
         divergence = int(rng.uniform(0.7, 0.8) * T)  # over by 0.9: the last tenth has diverged
         dw = max(2, int(rng.uniform(0.05, 0.10) * T))

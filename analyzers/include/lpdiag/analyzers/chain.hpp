@@ -48,7 +48,16 @@ struct ChainResult {
   // Index in `findings` of the question only a counterfactual run answers (caused by the
   // attention numerics?), or -1; settle_with_reference (reference_run.hpp) puts the answer there.
   int open_finding = -1;
+  // Whether the trace holds enough records for any verdict: under kMinRecords the rules cannot
+  // tell a trend from noise, and "healthy" or "no counters" would be false statements.
+  bool judged = true;
+  std::int64_t records = 0;
+  // Layers whose counters the writer could not record (the trace's unregistered_layer events):
+  // the verdict lacks them, and a gate must not call the trace clean.
+  std::int64_t recording_problems = 0;
 };
+
+inline constexpr std::int64_t kMinRecords = 10;
 
 ChainResult reconstruct_chain(const BinnedTrace& t, double bias_z = 4.0);
 
@@ -59,7 +68,9 @@ double weakest_link_confidence(const ChainResult& c);
 std::string missing_links_text(const ChainResult& c);
 
 // The counterfactual the chain asks for by default: fp32 attention, or the fix.
-inline constexpr const char* kFp32OrFix = "with fp32 attention (gpt2_train --attention sdpa-fp32) or with the fix (--fix safe)";
+inline constexpr const char* kFp32OrFix =
+    "with fp32 attention (Python: lpdiag.attention(..., policy=\"fp32\"); C++ example: gpt2_train --attention sdpa-fp32) or with "
+    "the fix (fix=\"paper\"; --fix paper)";
 // "the run that decides: the same config, seed and data order <counterfactual>, then `lpdiag
 // analyze RUN.h5 --reference REF.h5`": ChainResult::decide and the open question's ending.
 std::string deciding_run(const std::string& counterfactual = kFp32OrFix);

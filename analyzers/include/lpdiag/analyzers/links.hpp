@@ -1,4 +1,4 @@
-// One analyzer per link of the causal chain (DESIGN.md, "The causal chain"). Each finds an
+// One analyzer per link of the causal chain (docs/design.md, "The causal chain"). Each finds an
 // onset, a localization, an effect size, the evidence series and a confidence, or reports the
 // link absent with what it saw.
 #pragma once

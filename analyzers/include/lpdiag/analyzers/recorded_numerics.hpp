@@ -1,5 +1,5 @@
 // What attention numerics a run recorded (each attention layer's `policy` and `fix` attributes,
-// docs/TRACE_FORMAT.md), and what that means for the question the chain leaves open: a run whose
+// docs/reference/trace-format.md), and what that means for the question the chain leaves open: a run whose
 // attention ran in fp32 cannot have failed through low-precision attention rounding, and a run
 // that already ran a fix is decided by fp32 attention or by the same run without it.
 #pragma once

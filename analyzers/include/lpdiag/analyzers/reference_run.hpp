@@ -1,12 +1,13 @@
 // A run against its counterfactual: the same config, seed and data order with other attention
 // numerics (fp32 attention, PyTorch's own, the fix). Order and correlation in one trace suggest
-// causation; this comparison is what decides it (DESIGN.md, "The causal chain").
+// causation; this comparison is what decides it (docs/design.md, "The causal chain").
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "lpdiag/analyzers/chain.hpp"
+#include "lpdiag/analyzers/run_facts.hpp"
 
 namespace lpdiag::analysis {
 
@@ -28,18 +29,22 @@ struct ReferenceComparison {
   bool failed = false;                    // REF's own verdict
   std::optional<bool> attributable;       // true / false / undecided (null)
   std::string evidence;
-  std::vector<std::string> config_differences;  // run_config keys that differ, beyond the numerics
+  // How RUN and REF differ beyond the attention numerics (run_config, model shape, schedules):
+  // any makes REF no counterfactual, and the answer null.
+  std::vector<std::string> config_differences;
   // Where RUN has C4 and both binned traces carry per-head sigma_1 (REF's W_Q is tracked even
   // when its attention is PyTorch's own); absent otherwise.
   std::optional<HeadGrowthComparison> head_growth;
 };
 
-// `run_config` / `ref_config`: the traces' run_config JSON (may be empty or not JSON).
+// `run_facts` / `ref_facts`: what each trace holds of its run (read_run_facts). The answer is
+// null, with the reason, whenever REF is no counterfactual of RUN: the same attention numerics,
+// any difference beyond them, or a REF that ends before RUN's failure began.
 // `run_t` / `ref_t`: the binned traces, where at hand: the losses are then compared over the
 // last tenth of the steps both runs cover (a run cut short is not compared with the end of a
 // longer one); without them, each run's own final loss.
 ReferenceComparison compare_with_reference(const std::string& ref_path, const ChainResult& run, const ChainResult& ref,
-                                           const std::string& run_config, const std::string& ref_config,
+                                           const RunFacts& run_facts, const RunFacts& ref_facts,
                                            const BinnedTrace* run_t = nullptr, const BinnedTrace* ref_t = nullptr);
 
 // Puts the comparison's answer into RUN's findings: a decided one (true / false) replaces the

@@ -32,10 +32,12 @@ class CounterSink {
   std::vector<std::int64_t> drain_orphans();
   // What the op ran for `layer`: its policy as the call gave it and the fix as JSON (the latest
   // call's); the Monitor records these, not what it was told.
+  // What the op ran for a layer: its policy, its fix as JSON, and the whole spec in its one
+  // serialized form (AttentionSpec::to_json: policy, fix with its parameters, level, causal, scale).
   struct Spec {
-    std::string policy, fix_json;
+    std::string policy, fix_json, json;
   };
-  void report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json);
+  void report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json, const std::string& json);
   bool reported_spec(std::int64_t layer, Spec& out);
   // Forgets the counters and specs of ids in [lo, hi) (a session taken anew: a previous Monitor's
   // leftovers are not the new one's).
@@ -63,19 +65,23 @@ class CaptureBoard {
  public:
   static CaptureBoard& instance();
   void request(const CaptureRequest& r);
-  // The request for `layer` if it is due at the current step (removed then); a request for a step
-  // already past is dropped with one line on stderr. With the step unknown (-1), every request is due.
+  // The request for `layer` if it is due at its session's current step (removed then); a request
+  // for a step already past is dropped with one line on stderr. With the step unknown (-1), every
+  // request is due.
   bool take(std::int64_t layer, CaptureRequest& out);
-  // The step whose forward runs next (the Monitor sets it after each record; -1: unknown).
-  void set_step(std::int64_t step);
-  void done(const std::string& path);
-  std::vector<std::string> drain_done();
+  // The step whose forward runs next in `session` (a Monitor's layer_base(); it sets it after each
+  // record; -1: unknown). Each Monitor's session has its own step and its own finished captures:
+  // two Monitors in one process never see each other's.
+  void set_step(std::int64_t session, std::int64_t step);
+  void done(std::int64_t layer, const std::string& path);
+  std::vector<std::string> drain_done(std::int64_t session);
+  void forget(std::int64_t session);  // a Monitor that ends: its step and finished captures go
 
  private:
   std::mutex mu_;
   std::map<std::int64_t, CaptureRequest> pending_;
-  std::vector<std::string> done_;
-  std::int64_t step_ = -1;
+  std::map<std::int64_t, std::vector<std::string>> done_;  // by session
+  std::map<std::int64_t, std::int64_t> step_;              // by session
 };
 
 }  // namespace lpdiag::hooks

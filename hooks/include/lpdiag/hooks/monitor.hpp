@@ -1,4 +1,4 @@
-// lpdiag::Monitor: records a training run into a trace (TRACE_FORMAT.md). One class for C++ and
+// lpdiag::Monitor: records a training run into a trace (docs/reference/trace-format.md). One class for C++ and
 // Python (torch.classes.lpdiag.Monitor after torch.ops.load_library). The training loop calls
 // record() once per step; everything else happens at each signal's cadence.
 #pragma once
@@ -27,7 +27,7 @@ class Monitor : public torch::CustomClassHolder {
   // Fails here, not mid-run, when `path` cannot be written. world_size > 1 writes
   // NAME.rank<k>.h5.
   Monitor(std::string path, int64_t n_layer, int64_t n_head, int64_t head_dim, std::string run_config, int64_t rank,
-          int64_t world_size);
+          int64_t world_size, bool overwrite = false);
   ~Monitor() override;
 
   // Role map: rows [row0, row1) of `weight` (2-D, out x in, as nn.Linear stores it) are matrix
@@ -48,7 +48,7 @@ class Monitor : public torch::CustomClassHolder {
   // steady (third record) and replayed: two launches per record instead of ~60 per matrix shape.
   // A parameter moved to new storage is noticed and recaptured. Off: launched one by one.
   void set_cuda_graphs(bool on);
-  // What ran in attention layer `layer` (TRACE_FORMAT.md: never a default): policy ("fa2",
+  // What ran in attention layer `layer` (docs/reference/trace-format.md: never a default): policy ("fa2",
   // "seed", ..., or "external:<backend>" when PyTorch's own attention ran) and fix ("none",
   // "paper", "safe:offset=0.5", ...). Before the first record.
   void set_attention_numerics(int64_t layer, std::string policy, std::string fix);
@@ -71,7 +71,10 @@ class Monitor : public torch::CustomClassHolder {
   bool record(int64_t step, const torch::Tensor& loss, double lr, const torch::Tensor& grad_norm);
   bool record(int64_t step, double loss, double lr, double grad_norm);
   void close();
-  std::string trace_path() const { return path_; }
+  // The trace being written: "" when there is none (it could not be created, e.g. a full disk;
+  // trace_error() says why). Training goes on either way.
+  std::string trace_path() const { return no_trace_ ? std::string() : path_; }
+  std::string trace_error() const { return trace_error_; }
   // The op's layer id of this Monitor's layer 0 (its session; 0 while it is the only Monitor):
   // attention calls of layer l pass layer_base() + l.
   int64_t layer_base() const { return session_base_; }
@@ -118,6 +121,9 @@ class Monitor : public torch::CustomClassHolder {
   double capture_rate_ = -1;
   int64_t captures_left_ = 0;
   int64_t records_ = 0;
+  int64_t last_step_ = 0;  // of the last record kept
+  bool warned_step_order_ = false;
+  std::string trace_error_;
   TraceLayout layout_;
   std::unique_ptr<TraceWriter> writer_;
   // Held by record() and close(); the termination watchdog closes the trace only when it can take

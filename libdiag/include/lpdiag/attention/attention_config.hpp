@@ -1,5 +1,5 @@
-// The numerics an attention run declares: policy (DESIGN.md "Kernel numerics policies"), the
-// stabilized-shift fix, tile sizes. docs/ATTENTION_NUMERICS.md gives every policy's exact order
+// The numerics an attention run declares: policy (docs/design.md "Kernel numerics policies"), the
+// stabilized-shift fix, tile sizes. docs/reference/attention-numerics.md gives every policy's exact order
 // of operations.
 #pragma once
 #include <cstdint>

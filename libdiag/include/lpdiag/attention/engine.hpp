@@ -1,5 +1,5 @@
 // The attention engine on the CPU: a tiled FlashAttention-2 emulation for each declared policy,
-// bit-exact to the order of operations in docs/ATTENTION_NUMERICS.md, instrumented against an
+// bit-exact to the order of operations in docs/reference/attention-numerics.md, instrumented against an
 // hp run (the same algorithm in fp64, nothing rounded) on the same inputs.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
 // The CUDA FlashAttention-2 kernels (bf16, head dim 64 or 128) with lpdiag's instrumentation and
 // the fix, as plain entries on device pointers. No CUDA or torch types cross this header: the
-// stream is a cudaStream_t passed as void*. docs/CUDA_KERNELS.md gives the order of operations
+// stream is a cudaStream_t passed as void*. docs/reference/cuda-kernels.md gives the order of operations
 // and where it differs from the CPU fa2 emulation.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
 // A CPU model of one tensor-core multiply-accumulate step, d = c + sum_k a_k b_k over bf16 a, b
 // and an fp32 c, as mma.sync m16n8k16 and wgmma m64nNk16 compute it on NVIDIA GPUs
-// (docs/ATTENTION_NUMERICS.md, "The MMA model", gives the rules and the probe that confirmed
+// (docs/reference/attention-numerics.md, "The MMA model", gives the rules and the probe that confirmed
 // them on the H200). The products are exact; the step does not add them one at a time in fp32.
 // Instead every group of `group` products is summed together with the running value in one
 // fixed-point frame aligned to the largest exponent among them: each term keeps only the bits

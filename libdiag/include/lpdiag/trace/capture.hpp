@@ -1,4 +1,4 @@
-// Attention capture files (TRACE_FORMAT.md "Capture file"): the full q, k, v, dO of one layer at
+// Attention capture files (docs/reference/trace-format.md "Capture file"): the full q, k, v, dO of one layer at
 // one step, so the step can be replayed offline under other numerics.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The per-(step, layer, head) attention signals of TRACE_FORMAT.md's /attention group, as one
+// The per-(step, layer, head) attention signals of docs/reference/trace-format.md's /attention group, as one
 // mergeable struct. The attention engine fills it; the trace stores one dataset per field.
 #pragma once
 #include <algorithm>

@@ -1,4 +1,4 @@
-// `/step` must increase strictly (TRACE_FORMAT.md); rows out of order would be placed at the
+// `/step` must increase strictly (docs/reference/trace-format.md); rows out of order would be placed at the
 // wrong time and read as false evidence. One check for every reader of the rows.
 #pragma once
 #include <cstddef>

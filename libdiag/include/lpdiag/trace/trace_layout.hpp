@@ -14,6 +14,10 @@ struct AttentionLayerSpec {
   std::int64_t head_dim = 0;
   std::string policy = "fa2";
   std::string fix = "{}";  // JSON
+  // The whole spec the layer ran under, in its one serialized form (AttentionSpec::to_json:
+  // policy, fix with its parameters, level, causal, scale); "" when the writer did not know it
+  // (attention lpdiag did not run). Optional attribute `spec`.
+  std::string spec;
 };
 
 // role: attn_q, attn_k, attn_v, attn_o, mlp_in, mlp_out, embedding, lm_head, other

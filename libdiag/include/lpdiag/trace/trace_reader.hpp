@@ -1,4 +1,4 @@
-// Typed, validating access to a trace. Opening checks the whole contract of TRACE_FORMAT.md
+// Typed, validating access to a trace. Opening checks the whole contract of docs/reference/trace-format.md
 // (format, version, every dataset's type and length) and throws InputError with one line that
 // names the file and the problem. Reads are by row range, so nothing loads a whole dataset
 // unless the caller asks for every row.

@@ -1,4 +1,4 @@
-// The trace's schema in one table (docs/TRACE_FORMAT.md): the paths of its groups and datasets,
+// The trace's schema in one table (docs/reference/trace-format.md): the paths of its groups and datasets,
 // the names and element types of every series. The writer, the reader, the preflight and the
 // analyzers all spell the layout through it, so none of them can disagree with another.
 #pragma once

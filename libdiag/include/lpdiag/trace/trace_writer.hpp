@@ -1,7 +1,9 @@
-// Appends records to a trace (TRACE_FORMAT.md, version 1). Every group and dataset is created
+// Appends records to a trace (docs/reference/trace-format.md, version 1). Every group and dataset is created
 // when the file opens; then the file switches to SWMR so readers can follow the run.
 //
-// Records are buffered and written every `flush_every` records. A flush writes all datasets,
+// Records are buffered and written every `flush_every` records, or once `flush_seconds` have
+// passed since the last flush, whichever comes first (a live reader such as `lpdiag watch` then
+// sees slow runs within seconds, not after minutes). A flush writes all datasets,
 // flushes, and only then extends /step and flushes again: /step's length is the commit point,
 // so a writer killed at any moment leaves a file whose records up to the last completed flush
 // are all readable.
@@ -18,6 +20,7 @@ namespace lpdiag {
 
 struct TraceWriterOptions {
   int flush_every = 100;          // records between flushes (1 = every record)
+  double flush_seconds = 10.0;    // also flush a record appended this long after the last flush (<= 0: never by time)
   int compression = 0;            // deflate level, 0 = none
   std::int64_t chunk_rows = 1024; // rows per HDF5 chunk
   bool swmr = true;               // switch to SWMR after creating the layout
@@ -42,6 +45,8 @@ class TraceWriter {
   void add_event(const TraceEvent& event);
   void flush();
   void close();
+  // Takes effect from the next append. Throws InvalidArgument when `records` < 1.
+  void set_flush_every(int records);
 
   const TraceLayout& layout() const;
   const std::string& path() const;

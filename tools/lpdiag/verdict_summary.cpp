@@ -1,0 +1,80 @@
+#include "verdict_summary.hpp"
+
+#include <fmt/core.h>
+
+#include "lpdiag/command.hpp"
+
+namespace lpdiag::cli {
+namespace {
+
+std::string where(const analysis::LinkResult& l) {
+  if (l.layer_index < 0) return "";
+  return l.head >= 0 ? fmt::format("layer {} head {}", l.layer_index, l.head) : fmt::format("layer {}", l.layer_index);
+}
+
+// What to do next, in the terms of a user who trains in Python (and of the C++ example).
+std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
+                      const std::optional<analysis::ReferenceComparison>& ref) {
+  if (!c.judged) return "next: record at least " + std::to_string(analysis::kMinRecords) + " steps, then analyze again";
+  const bool bias_unrecorded = c.links[1].evidence.find("no delta-error statistics") != std::string::npos;
+  if (bias_unrecorded && !n.all_external && !n.all_fp32)
+    return "next: record the delta error (lpdiag.Monitor(..., level=\"counters\", full_every=50); gpt2_train --level full "
+           "--full-every 50) to test for biased rounding";
+  if (c.run.healthy && !c.found && !c.undecided) return "next: nothing to do; keep recording, and run `lpdiag watch` on the live trace";
+  if (ref && ref->attributable.has_value() && *ref->attributable)
+    return "next: train with numerics that do not round with a bias: fix=\"paper\" or fix=\"sr\" (stochastic rounding) in "
+           "lpdiag.attention, or fp32 attention for the affected layers";
+  if (n.all_fp32) return "next: look beyond attention rounding (learning rate, data, other low-precision ops): fp32 attention failed too";
+  return "next: rerun the same config, seed and data with fp32 attention (lpdiag.attention(..., policy=\"fp32\"); gpt2_train "
+         "--attention sdpa-fp32), then `lpdiag analyze RUN.h5 --reference REF.h5`; to keep training meanwhile, fix=\"sr\" or "
+         "fix=\"paper\"";
+}
+
+}  // namespace
+
+std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
+                                         const std::optional<analysis::ReferenceComparison>& ref) {
+  std::vector<std::string> out;
+  if (!c.judged) {
+    out.push_back(fmt::format("NOT JUDGED: too few records ({}; need >= {})", c.records, analysis::kMinRecords));
+    out.push_back(next_step(c, n, ref));
+    return out;
+  }
+  if (c.run.healthy)
+    out.push_back(c.run.warnings.empty() ? "HEALTHY"
+                                         : fmt::format("HEALTHY, with a warning: {} from step {}", c.run.warnings.front().kind,
+                                                       c.run.warnings.front().onset_step));
+  else
+    out.push_back(fmt::format("FAILED: {} from step {}", c.run.failure.kind, c.run.failure.onset_step));
+  if (c.found)
+    out.push_back(fmt::format("causal chain at layer {} head {} (confidence {:.2f}{})", c.layer_index, c.head, c.confidence,
+                              c.driving == "reference" ? ", decided by the reference run" : ""));
+  else if (c.undecided)
+    out.push_back(fmt::format("candidate chain at layer {} head {}: every link present, undecided (the trace cannot show that the bias "
+                              "drives the growth; a reference run decides)",
+                              c.layer_index, c.head));
+  else
+    out.push_back("no causal chain: " + (c.missing_links.empty() ? std::string("the links are present but not in one head and order")
+                                                                   : "missing " + analysis::missing_links_text(c)));
+  if (ref) {
+    const char* answer = !ref->attributable ? "UNDECIDED" : *ref->attributable ? "YES" : "NO";
+    out.push_back(fmt::format("attributable to the attention numerics (against {}): {}", ref->path, answer));
+  }
+  out.push_back(next_step(c, n, ref));
+  return out;
+}
+
+std::vector<std::string> link_table(const analysis::ChainResult& c) {
+  std::vector<std::string> out;
+  for (const auto& l : c.links)
+    out.push_back(l.present ? fmt::format("  {} {:<30} {:<18} from step {}", l.id, l.name, where(l), l.onset_step)
+                            : fmt::format("  {} {:<30} MISSING", l.id, l.name));
+  return out;
+}
+
+int verdict_exit_code(const analysis::ChainResult& c) {
+  if (!c.judged) return kOk;
+  return !c.run.healthy || c.found || c.undecided ? kFinding : kOk;
+}
+
+}  // namespace lpdiag::cli
