@@ -160,14 +160,15 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     for (std::size_t b = 0; b < sigma.size(); ++b)
       if (std::isfinite(s.y[b])) sigma[b] = std::exp(s.y[b]);
     tools::set_found(best, t, onset, t.layers[s.layer], s.head, std::exp(growth), 1.0 - std::log(1.3) / growth, sigma);
-    // "grew 14.6x, 1.79x as much as the median head (8.18x)": the head's own growth first, then
-    // the margin by which it stands out.
+    // The head's growth relative to the median head, from its onset, said as such; the median
+    // head's own growth over the run after it, named as what it is.
     const std::string head = s.head >= 0 ? fmt::format(" head {}", s.head) : std::string();
-    best.evidence = corrected && std::isfinite(g_all)
-                        ? fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from step {}, {:.2f}x as much as the median head ({:.2f}x)",
-                                      t.layers[s.layer], head, std::exp(growth) * g_all, best.onset_step, std::exp(growth), g_all)
-                        : fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from step {}", t.layers[s.layer], head, std::exp(growth),
-                                      best.onset_step);
+    best.evidence = corrected ? fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x more than the median head from step {}{}", t.layers[s.layer],
+                                            head, std::exp(growth), best.onset_step,
+                                            std::isfinite(g_all) ? fmt::format(" (the median head itself grew {:.2f}x over the run)", g_all)
+                                                                 : std::string())
+                              : fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from step {}", t.layers[s.layer], head, std::exp(growth),
+                                            best.onset_step);
   }
   if (!best.present)
     best.evidence = corrected ? "no W_Q head whose sigma_1 grew >= 1.3x beyond the others and stood out" +

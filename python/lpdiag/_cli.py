@@ -2,19 +2,14 @@
 
 Looked for, in order: $LPDIAG_CLI; next to this package (an installed copy in lpdiag/bin); the
 build tree this package sits in (build*/tools/lpdiag); `lpdiag` on PATH."""
-import glob
 import os
 import shutil
 
+from ._library import search_path
+
 
 def candidates():
-    env = os.environ.get("LPDIAG_CLI")
-    if env:
-        yield env
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "bin", "lpdiag")
-    root = os.path.dirname(os.path.dirname(here))
-    yield from sorted(glob.glob(os.path.join(root, "build*", "tools", "lpdiag")))
+    yield from search_path("LPDIAG_CLI", os.path.join("bin", "lpdiag"), os.path.join("tools", "lpdiag"))
     on_path = shutil.which("lpdiag")
     if on_path:
         yield on_path

@@ -10,15 +10,21 @@ import torch
 _loaded = None
 
 
-def _candidates():
-    env = os.environ.get("LPDIAG_TORCH_LIBRARY")
+def search_path(env_var, installed, in_build):
+    """Where to look for one of lpdiag's built files, in order: $env_var; `installed` next to this
+    package; `in_build` (a path under a build directory) in each build* directory of the source
+    tree this package sits in."""
+    env = os.environ.get(env_var)
     if env:
         yield env
     here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "lib", "liblpdiag_torch.so")
+    yield os.path.join(here, installed)
     root = os.path.dirname(os.path.dirname(here))
-    for path in sorted(glob.glob(os.path.join(root, "build*", "hooks", "liblpdiag_torch.so"))):
-        yield path
+    yield from sorted(glob.glob(os.path.join(root, "build*", in_build)))
+
+
+def _candidates():
+    return search_path("LPDIAG_TORCH_LIBRARY", os.path.join("lib", "liblpdiag_torch.so"), os.path.join("hooks", "liblpdiag_torch.so"))
 
 
 def load(path=None):

@@ -21,7 +21,16 @@ expect_rc 2 "$lpdiag" analyze "$work/nope.h5"
 # Two unrelated runs (each rank 0 of 1) are not merged into one verdict.
 expect_rc 2 "$lpdiag" analyze "$work/chain.h5" "$work/clean.h5"
 grep -q "not the rank files of one run" "$work/rc.out" || { echo "FAIL: unrelated runs merged"; exit 1; }
-echo "ok: analyze exit codes"
+# The answer first: the verdict on the line after the file, then the chain; the evidence reads
+# the right way round (the head's growth relative to the median head; where the loss went).
+out=$("$lpdiag" analyze --verbose "$work/chain.h5" || true)
+sed -n 2p <<<"$out" | grep -q "^FAILED: " || { echo "FAIL: the verdict is not on line 2: $out"; exit 1; }
+sed -n 3p <<<"$out" | grep -q "^causal chain at layer" || { echo "FAIL: the chain is not on line 3"; exit 1; }
+grep -Eq "^  C4: .* grew [0-9.]+x more than the median head from step" <<<"$out" || { echo "FAIL: C4 wording"; exit 1; }
+grep -Eq "^  C5: loss rose from .* and to .* by step" <<<"$out" || { echo "FAIL: C5 wording (no peak)"; exit 1; }
+[[ $(grep -c "more than the median head" <<<"$out") == 1 ]] || { echo "FAIL: a link's sentence printed more than once"; exit 1; }
+"$lpdiag" probe --help | grep -q "sr (stochastic rounding" || { echo "FAIL: probe --help omits sr"; exit 1; }
+echo "ok: analyze exit codes and text"
 
 # analyze --json: the documented keys, a found chain on the planted trace, the missing link on a null.
 "$lpdiag" analyze --json "$work/chain.h5" > "$work/chain.json" || true
