@@ -52,6 +52,11 @@ RunFacts read_run_facts(const std::string& path) {
   std::string shape;
   for (const auto& a : layers) {
     f.layer_numerics.push_back(a.policy + " " + a.fix);
+    // The whole spec where the trace records it, less the level (how the run was observed, not
+    // what the kernel computed).
+    auto j = nlohmann::json::parse(a.spec, nullptr, false);
+    if (!a.spec.empty() && j.is_object()) j.erase("level");
+    f.layer_specs.push_back(!a.spec.empty() && j.is_object() ? j.dump() : std::string());
     shape += fmt::format("{}{}:{}x{}", shape.empty() ? "" : " ", a.layer_index, a.n_heads, a.head_dim);
   }
   if (!layers.empty()) shape = fmt::format("{} attention layers ({})", layers.size(), shape);
@@ -120,6 +125,13 @@ std::vector<std::string> differences_beyond_numerics(const RunFacts& run, const 
 std::string same_numerics(const RunFacts& run, const RunFacts& ref) {
   if (!run.layer_numerics.empty() && !ref.layer_numerics.empty()) {
     if (run.layer_numerics != ref.layer_numerics) return {};
+    // Where both traces record every layer's whole spec, it must agree too (the fix's parameters,
+    // the scale); a trace without it is compared by policy and fix alone.
+    auto whole = [](const RunFacts& f) {
+      return f.layer_specs.size() == f.layer_numerics.size() &&
+             std::none_of(f.layer_specs.begin(), f.layer_specs.end(), [](const std::string& x) { return x.empty(); });
+    };
+    if (whole(run) && whole(ref) && run.layer_specs != ref.layer_specs) return {};
     std::set<std::string> kinds(run.layer_numerics.begin(), run.layer_numerics.end());
     std::string named;
     for (const auto& k : kinds) named += (named.empty() ? "" : "; ") + k;

@@ -249,3 +249,18 @@ TEST_CASE("reference: a decided comparison answers the open question in RUN's fi
   settle_with_reference(h, ReferenceComparison{"ref.h5", false, std::nullopt, "nothing failed", {}});
   CHECK(h.findings.empty());
 }
+
+TEST_CASE("reference: the recorded whole spec decides where both traces have it, policy and fix where one lacks it", "[reference]") {
+  const ChainResult failed = with_verdict(false, "loss_explosion", 60), healthy = with_verdict(true);
+  RunFacts a = traced("fa2", R"({"kind":"sr","seed":1})", 3e-3), b = a, old = a;
+  a.layer_specs = {R"({"causal":true,"fix":{"kind":"sr","seed":1},"policy":"fa2","scale":0.0})"};
+  b.layer_specs = {R"({"causal":true,"fix":{"kind":"sr","seed":1},"policy":"fa2","scale":0.125})"};
+  // Same policy and fix, another scale: other numerics, so the comparison stands.
+  const auto scaled = compare_with_reference("r", failed, healthy, a, b);
+  REQUIRE(scaled.attributable.has_value());
+  CHECK(*scaled.attributable);
+  // An older trace without the spec: compared by policy and fix, the same numerics.
+  const auto mixed = compare_with_reference("r", failed, healthy, a, old);
+  CHECK_FALSE(mixed.attributable.has_value());
+  CHECK(mixed.evidence.find("same attention numerics") != std::string::npos);
+}

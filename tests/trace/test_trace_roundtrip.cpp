@@ -1,4 +1,6 @@
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <filesystem>
 #include <string>
 
@@ -149,4 +151,32 @@ TEST_CASE("an empty trace (no records) is valid", "[trace]") {
   CHECK(r.records() == 0);
   CHECK(r.steps(0, 0).empty());
   CHECK(r.event_count() == 0);
+}
+
+TEST_CASE("a record appended flush_seconds after the last flush is flushed; set_flush_every takes effect at once", "[trace]") {
+  const std::string path = temp_path("flush-by-time.h5");
+  TraceWriterOptions o;
+  o.flush_every = 1000;
+  o.flush_seconds = 0.2;  // a live reader (lpdiag watch) sees a slow run within this, not after 1000 records
+  TraceWriter w(path, fixture_layout(), {}, o);
+  const TraceLayout& L = w.layout();
+  w.append(fixture_record(L, 0));
+  CHECK(w.records_committed() == 0);  // neither 1000 records nor 0.2 s yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  w.append(fixture_record(L, 1));
+  CHECK(w.records_committed() == 2);
+  w.set_flush_every(1);
+  w.append(fixture_record(L, 2));
+  CHECK(w.records_committed() == 3);
+  CHECK_THROWS_AS(w.set_flush_every(0), InvalidArgument);
+}
+
+TEST_CASE("an attention layer's whole spec round-trips as the optional spec attribute", "[trace]") {
+  const std::string path = temp_path("spec-attr.h5");
+  TraceLayout L = fixture_layout(2, 2);
+  L.attention[0].spec = R"({"causal":true,"fix":{"kind":"sr","seed":5},"level":"full","policy":"fa2","scale":0.0})";
+  { TraceWriter w(path, L); }
+  const TraceReader r(path);
+  CHECK(r.layout().attention[0].spec == L.attention[0].spec);
+  CHECK(r.layout().attention[1].spec.empty());  // absent: a writer that did not know it
 }

@@ -14,6 +14,7 @@ struct RunFacts {
   std::string path;
   std::string run_config;                   // JSON, or empty / not JSON
   std::vector<std::string> layer_numerics;  // per attention layer, by layer index: "policy fix-json" as recorded
+  std::vector<std::string> layer_specs;     // the same layers' whole spec less the level ("" where not recorded)
   std::string shape;                        // attention layers, heads, head dim and tracked matrix shapes; empty: unknown
   std::vector<std::int64_t> steps;          // every record's step (the first file's)
   std::vector<double> lr, loss;             // at those steps; empty when the trace has no such series
