@@ -102,6 +102,17 @@ with tempfile.TemporaryDirectory() as d:
     train(long, Model(), 1, overwrite=True)
     check("overwrite=True replaces it", info(long)["records"] == 1)
 
+    # Two Monitors on one path: the second cannot write it; training goes on, and the Monitor says
+    # so (trace_path None, trace_error the reason) instead of naming a file it does not write.
+    shared = os.path.join(d, "shared.h5")
+    first, second = lpdiag.Monitor(shared, Model()), lpdiag.Monitor(shared, Model())
+    first.record(0, 1.0)
+    second.record(0, 1.0)
+    check("a path another Monitor holds: trace_path None, trace_error says why", first.trace_path == shared
+          and second.trace_path is None and "another writer" in second.trace_error, f"{second.trace_path} {second.trace_error[:100]}")
+    first.close()
+    second.close()
+
     # A step recorded twice: skipped, said once, training goes on.
     twice = os.path.join(d, "twice.h5")
     err = io.StringIO()
