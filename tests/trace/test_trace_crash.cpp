@@ -243,12 +243,24 @@ TEST_CASE("SIGKILL while the trace is being created: the path is never a half-ma
       _exit(0);
     }
     const std::string building = path + ".creating." + std::to_string(pid);
-    for (int i = 0; i < 2000 && !std::filesystem::exists(building); ++i) usleep(1000);
-    REQUIRE(std::filesystem::exists(building));  // creation under way
-    usleep(static_cast<useconds_t>(rng() % static_cast<unsigned>(1 + 1.2 * static_cast<double>(create_us))));
-    kill(pid, SIGKILL);
+    // Wait for the creation to begin. On a loaded machine the child can take seconds to get
+    // there (a fixed 2 s wait failed once in a clean-clone CI run beside another build), so wait
+    // for as long as it takes, or until the child has exited (then it finished and published).
     int status = 0;
-    waitpid(pid, &status, 0);
+    bool exited = false;
+    for (int i = 0; i < 120000 && !std::filesystem::exists(building); ++i) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      usleep(1000);
+    }
+    if (!exited) {
+      REQUIRE(std::filesystem::exists(building));  // creation under way
+      usleep(static_cast<useconds_t>(rng() % static_cast<unsigned>(1 + 1.2 * static_cast<double>(create_us))));
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
     // Killed before publishing: the path as it was. After (the child may still be closing): the
     // new trace, whole. Never anything else.
     const bool published = !std::filesystem::exists(building);
