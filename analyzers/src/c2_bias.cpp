@@ -170,7 +170,7 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold, std::int64_t o
     best.evidence = any_data ? fmt::format("no (layer, head) with a delta-error window mean of |z| >= {:.1f} (Bonferroni over {:.0f} tests), "
                                            "nor over a quarter of the run or to its end at |z| >= {:.1f}",
                                            z_window, tests, z_long)
-                             : "the trace holds no delta-error statistics (instrumentation off?)";
+                             : "the trace holds no delta-error statistics (they are recorded at level \"full\": lpdiag.Monitor(..., full_every=N), gpt2_train --level full)";
   return best;
 }
 

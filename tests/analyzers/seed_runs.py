@@ -237,7 +237,7 @@ def main():
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is True and "lessened" in ref["evidence"])
     # PyTorch's own bf16 attention at lr 2e-3, seed 1: on the plateau for the whole run,
     # no lpdiag counters. Its own trace: healthy by the failure rules with a plateau warning, the
-    # logits and the trigger/bias said to be unrecorded (not "instrumentation off?"); against fp32,
+    # logits and the trigger/bias said to be unrecorded (not "no delta-error statistics"); against fp32,
     # a degradation attributable to the attention numerics.
     j = analyze(lpdiag, f"{d}/gpt2-sdpa-bf16-2e-3.h5", "--reference", f"{d}/gpt2-fp32-2e-3.h5")
     run, ref, links = j["run"], j["reference"], j["chain"]["links"]

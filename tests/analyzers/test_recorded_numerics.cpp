@@ -84,7 +84,7 @@ TEST_CASE("recorded numerics: attention lpdiag did not run says so for the trigg
     c.run.healthy = true;
     c.links[0].id = "C1", c.links[0].name = "trigger (repeated maxima)", c.links[0].evidence = "no attention counters in the trace";
     c.links[1].id = "C2", c.links[1].name = "biased rounding (delta error)",
-    c.links[1].evidence = "the trace holds no delta-error statistics (instrumentation off?)";
+    c.links[1].evidence = "the trace holds no delta-error statistics (they are recorded at level \"full\": lpdiag.Monitor(..., full_every=N), gpt2_train --level full)";
     for (int i : {0, 1}) c.findings.push_back(c.links[i].id + " " + c.links[i].name + " not found: " + c.links[i].evidence);
     return c;
   };
@@ -100,7 +100,7 @@ TEST_CASE("recorded numerics: attention lpdiag did not run says so for the trigg
   // One layer lpdiag ran: its counters exist, the evidence stays as the links found it.
   ChainResult mixed = with_missing_links();
   account_for_numerics(mixed, recorded_numerics(layers({{"external:sdpa", none}, {"fa2", none}})));
-  CHECK(mixed.links[1].evidence.find("instrumentation off?") != std::string::npos);
+  CHECK(mixed.links[1].evidence.find("recorded at level") != std::string::npos);
 }
 
 TEST_CASE("recorded numerics: a paper-fix run that turned non-finite is told the fix can underflow", "[analyzers][numerics]") {

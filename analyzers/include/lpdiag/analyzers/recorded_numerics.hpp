@@ -24,7 +24,7 @@ RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers
 // Rewrites the open question of a failed run (ChainResult::open_finding, `decide`) for the
 // numerics that ran: answered (not low-precision attention) when they were fp32; the deciding
 // run named as "without the fix" when a fix ran. When lpdiag ran no layer's attention, the
-// missing trigger and bias say so (and how to record them) instead of "instrumentation off?".
+// missing trigger and bias say so (and how to record them) instead of the generic "no delta-error statistics".
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n);
 
 }  // namespace lpdiag::analysis
