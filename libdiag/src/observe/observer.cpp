@@ -88,8 +88,8 @@ void set_delta_errors(HeadCounters& h, const ErrorAccumulator& e) {
 
 }  // namespace
 
-void check_observed_call(const ObservedCall& c) {
-  if (!c.q || !c.k || !c.v || !c.o) throw InvalidArgument("observer: q, k, v and the kernel's output o are required");
+void check_observed_call(const ObservedCall& c, bool pointers) {
+  if (pointers && (!c.q || !c.k || !c.v || !c.o)) throw InvalidArgument("observer: q, k, v and the kernel's output o are required");
   if (c.B < 1 || c.Hq < 1 || c.Hkv < 1 || c.Nq < 1 || c.Nk < 1 || c.d < 1)
     throw InvalidArgument("observer: every dimension must be positive (" + shape_text(c) + ")");
   if (c.Hq % c.Hkv)

@@ -42,8 +42,9 @@ struct ObservedCall {
 };
 
 // Throws InvalidArgument naming what the observer cannot take (shapes, a causal call with
-// Nq != Nk, a head mask beyond 64 heads, missing pointers).
-void check_observed_call(const ObservedCall& c);
+// Nq != Nk, a head mask beyond 64 heads, missing pointers unless pointers is false: the CUDA
+// entries check the shape of calls whose tensors are on the device).
+void check_observed_call(const ObservedCall& c, bool pointers = true);
 
 struct ObservedForward {
   std::vector<HeadCounters> heads;  // Hq entries; the delta fields are 0 (the backward's)
