@@ -22,7 +22,9 @@ DeviceCounterBoard& board() {
   return b;
 }
 
-lc::DeviceHeadCounters* counters_for(std::int64_t layer, std::int64_t H, const torch::Tensor& like, torch::Tensor& scratch) {
+}  // namespace
+
+lc::DeviceHeadCounters* device_counters_for(std::int64_t layer, std::int64_t H, const torch::Tensor& like, torch::Tensor& scratch) {
   const std::int64_t bytes = H * static_cast<std::int64_t>(sizeof(lc::DeviceHeadCounters));
   if (layer < 0) {  // nobody will read them: a scratch buffer for this call
     scratch = torch::zeros({bytes}, like.options().dtype(torch::kUInt8));
@@ -34,6 +36,8 @@ lc::DeviceHeadCounters* counters_for(std::int64_t layer, std::int64_t H, const t
     t = torch::zeros({bytes}, like.options().dtype(torch::kUInt8));
   return reinterpret_cast<lc::DeviceHeadCounters*>(t.data_ptr());
 }
+
+namespace {
 
 // The kernels need d contiguous, 16-byte aligned rows: anything else is copied once.
 torch::Tensor kernel_layout(const torch::Tensor& t) {
@@ -67,7 +71,7 @@ FlashForwardTensors cuda_attention_forward(const torch::Tensor& q_in, const torc
   const lc::Instrument level = spec.level;
   FlashForwardTensors out = allocate_forward(q_in, level);  // O in the caller's layout, whatever kernel_layout copied
   torch::Tensor scratch;
-  lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : counters_for(layer, q.size(1), q, scratch);
+  lc::DeviceHeadCounters* counters = level == lc::Instrument::off ? nullptr : device_counters_for(layer, q.size(1), q, scratch);
   try {
     lc::FlashForwardArgs a = forward_args(q, k, v, out, cfg.causal, cfg.fix, level, counters, stream());
     a.numerics = lc::kernel_numerics(cfg);
@@ -89,7 +93,7 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q_in, co
   const lc::Instrument level = spec.level == Level::full ? Level::full : Level::off;
   const FlashBackwardTensors out = allocate_backward(q_in, k_in, v_in);
   torch::Tensor scratch;
-  lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? counters_for(layer, q.size(1), q, scratch) : nullptr;
+  lc::DeviceHeadCounters* counters = level == lc::Instrument::full ? device_counters_for(layer, q.size(1), q, scratch) : nullptr;
   try {
     lc::FlashBackwardArgs a = backward_args(q, k, v, g, fwd, out, cfg.causal, level, counters, stream());
     a.numerics = lc::kernel_numerics(cfg);

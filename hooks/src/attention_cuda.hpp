@@ -24,6 +24,10 @@ std::vector<torch::Tensor> cuda_attention_backward(const torch::Tensor& q, const
                                                    const FlashForwardTensors& fwd, const torch::Tensor& dout,
                                                    const AttentionSpec& spec, int64_t layer);
 
+// Layer `layer`'s device counters (H entries on like's device, added to until the Monitor
+// drains them); layer < 0: a zeroed scratch buffer held by `scratch`, which nobody reads.
+lc::DeviceHeadCounters* device_counters_for(std::int64_t layer, std::int64_t H, const torch::Tensor& like, torch::Tensor& scratch);
+
 // Every layer's device counters, one copy per device made on the current stream, after which
 // the accumulators are cleared (ordered after the copy). `bytes` holds H DeviceHeadCounters per
 // layer, in the order of `layers` (layer, H); a layer with no call since the last copy is absent

@@ -69,6 +69,19 @@ bool CounterSink::reported_spec(std::int64_t layer, Spec& out) {
   return true;
 }
 
+void CounterSink::report_skip(std::int64_t layer, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  skips_.emplace_back(layer, reason);
+}
+
+std::vector<std::pair<std::int64_t, std::string>> CounterSink::drain_skips(std::int64_t lo, std::int64_t hi) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::int64_t, std::string>> out, keep;
+  for (auto& s : skips_) (s.first >= lo && s.first < hi ? out : keep).push_back(std::move(s));
+  skips_ = std::move(keep);
+  return out;
+}
+
 void CounterSink::clear_range(std::int64_t lo, std::int64_t hi) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_.erase(pending_.lower_bound(lo), pending_.lower_bound(hi));

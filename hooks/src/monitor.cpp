@@ -1,5 +1,7 @@
 #include "lpdiag/hooks/monitor.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -174,6 +176,20 @@ void Monitor::set_capture_trigger(double rate, int64_t max_captures) {
   captures_left_ = max_captures;
 }
 
+void Monitor::set_observe_every(int64_t every) {
+  TORCH_CHECK(every >= 0, "lpdiag.Monitor.set_observe_every: every must be >= 0 (0: not observed), got ", every);
+  observe_every_ = every;
+}
+
+std::string Monitor::recorded_spec(int64_t layer_index, const std::string& json) {
+  if (json.find("\"observed\":true") == std::string::npos) return json;
+  observed_.insert(layer_index);
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded()) return json;
+  j["observe_every"] = observe_every_;
+  return j.dump();
+}
+
 void Monitor::set_start_step(int64_t step) {
   TORCH_CHECK(step >= 0, "lpdiag.Monitor.set_start_step: step must be >= 0, got ", step);
   TORCH_CHECK(records_ == 0, "lpdiag.Monitor.set_start_step: call it before the first record (", records_,
@@ -325,7 +341,7 @@ void Monitor::start() {
         contradicted.push_back({0, "declared_numerics_contradicted", static_cast<std::int32_t>(a.layer_index), -1, NAN,
                                 ("declared policy " + a.policy + " fix " + a.fix).substr(0, 120)});
       }
-      a.policy = s.policy, a.fix = s.fix_json, a.spec = s.json;
+      a.policy = s.policy, a.fix = s.fix_json, a.spec = recorded_spec(a.layer_index, s.json);
     } else if (!declared_.count(a.layer_index)) {
       a.policy = "external", a.fix = R"({"kind":"none"})";
     }
@@ -385,6 +401,9 @@ void Monitor::add_attention(TraceRecord& r, const CountersByLayer& counters, int
       HeadCounters c = it->second[h];
       if (c.o_err_count <= 0) c.o_err_count = c.o_err_pos = c.o_err_neg = -1, c.o_err_sum = c.o_err_sumsq = NAN;
       if (c.delta_err_count <= 0) c.delta_err_count = c.delta_err_pos = c.delta_err_neg = -1, c.delta_err_sum = c.delta_err_sumsq = NAN;
+      // The observer sees a kernel from outside: tile ties, P-bar == 1 entries and fix engagement
+      // are the kernel's insides, unmeasured here.
+      if (observed_.count(layout_.attention[l].layer_index)) c.tile_repeated_max_rows = c.pbar_one_entries = c.fix_engaged_rows = -1;
       r.attention[l][h] = c;
       if (next_step >= 0 && capture_rate_ >= 0 && captures_left_ > 0 && c.rows > 0 && double(c.repeated_max_rows) / double(c.rows) > capture_rate_) {
         request_capture(layout_.attention[l].layer_index, next_step);
@@ -453,6 +472,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       writer_->add_event({step, "attention_spec", static_cast<std::int32_t>(a.layer_index), -1, NAN,
                           ("policy " + s.policy + " fix " + s.fix_json).substr(0, 120)});
       a.policy = s.policy, a.fix = s.fix_json;  // reported once per change
+      recorded_spec(a.layer_index, s.json);
     }
   }
   // This Monitor's session only, drained every step (kept when due); counters no live Monitor
@@ -466,6 +486,8 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       writer_->add_event({step, "unregistered_layer", -1, -1, static_cast<double>(orphan),
                           "attention counters of a layer id (value) no Monitor holds"});
     }
+  for (const auto& [id, why] : CounterSink::instance().drain_skips(session_base_, session_base_ + kSessionLayers))
+    writer_->add_event({step, "observe_skipped", static_cast<std::int32_t>(id - session_base_), -1, NAN, why.substr(0, 120)});
   fetch->counters_due = due("attention");
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
   StatsGraph* graph = nullptr;

@@ -4,9 +4,21 @@
 
 #include "lpdiag/hooks/attention_op.hpp"
 #include "lpdiag/hooks/monitor.hpp"
+#include "lpdiag/hooks/observer.hpp"
 #include "probe_ops.hpp"
 
 namespace {
+// The observer's entries as ops: string arguments arrive as views.
+torch::Tensor observe_forward_op(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
+                                 bool causal, double scale, int64_t layer, c10::string_view name, int64_t max_rows, int64_t head_mask) {
+  return lpdiag::hooks::observe_forward(q, k, v, o, causal, scale, layer, std::string(name), max_rows, head_mask);
+}
+std::vector<std::string> observer_skips_op() {
+  std::vector<std::string> out;
+  for (const auto& [why, n] : lpdiag::hooks::observer_skips()) out.push_back(std::to_string(n) + " " + why);
+  return out;
+}
+
 torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
   if (v.isTensor()) return v.toTensor();
   TORCH_CHECK(v.isDouble() || v.isInt(), "lpdiag.Monitor.record: ", name, " must be a float or a scalar tensor, got ",
@@ -22,6 +34,12 @@ TORCH_LIBRARY(lpdiag, m) {
         "-> (Tensor, Tensor, Tensor)");
   m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor residual, bool causal, "
         "str policy, str fix, str level, int layer_index) -> (Tensor, Tensor, Tensor)");
+  // The observer: reads a call's q, k, v, O (and dO) and writes nothing of the caller's.
+  m.def("observe_forward(Tensor q, Tensor k, Tensor v, Tensor o, bool causal, float scale, int layer_index, str name, "
+        "int max_rows, int head_mask) -> Tensor",
+        &observe_forward_op);
+  m.def("observe_backward(Tensor dout, Tensor o_error, int layer_index, int head_mask) -> ()", &lpdiag::hooks::observe_backward);
+  m.def("observer_skips() -> str[]", &observer_skips_op);
   m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
   m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
   m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "
@@ -43,6 +61,7 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("set_capture_trigger", &Monitor::set_capture_trigger)
       .def("request_capture", &Monitor::request_capture)
       .def("set_start_step", &Monitor::set_start_step)
+      .def("set_observe_every", &Monitor::set_observe_every)
       // loss and grad_norm: Python floats, or scalar tensors that may stay on the device.
       .def("record",
            [](const c10::intrusive_ptr<Monitor>& self, int64_t step, const c10::IValue& loss, double lr,

@@ -22,6 +22,9 @@ from ._library import load
 current_layer = contextvars.ContextVar("lpdiag_current_layer", default=None)
 # The level the running Monitor wants for this step (its full_every cadence), set by its hooks.
 current_level = contextvars.ContextVar("lpdiag_current_level", default=None)
+# On a step the running Monitor observes: (layer id, rows per head, head bitmask) for the module
+# whose forward is running; None otherwise (lpdiag.observe reads it).
+current_observe = contextvars.ContextVar("lpdiag_current_observe", default=None)
 _warned_no_layer = False
 _warned_fp32 = False
 

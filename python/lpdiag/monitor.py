@@ -19,7 +19,8 @@ import json
 import torch
 
 from ._library import load
-from .attention import current_layer, current_level, is_compiling, traced
+from .attention import current_layer, current_level, current_observe, is_compiling, traced
+from .observe import head_mask
 
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
@@ -58,11 +59,15 @@ class Monitor:
     transformer block), level ("counters" or "off": what lpdiag.attention calls without a level
     run) and full_every (N, default 25: the steps that are multiples of N run at "full" instead,
     recording the O and δ error statistics the bias test needs; 0 or None: never), overwrite (False: an existing file
-    at path is never replaced; the Monitor refuses it, and a directory, at once)."""
+    at path is never replaced; the Monitor refuses it, and a directory, at once).
+    Observing a kernel lpdiag did not write (lpdiag.observed, lpdiag.observe_sdpa): observe_every
+    (N, default 50: the first step and every N-th are observed; 0: never), observe_layers and
+    observe_heads (lists: a subset; None: all), observe_rows (query rows per head an observed
+    call looks at, the leading batch elements that hold them; default 4096; 0: all)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
                  stop_on_nan=False, policy=None, fix="none", run_config=None, activations=None, level="counters",
-                 full_every=25, overwrite=False):
+                 full_every=25, overwrite=False, observe_every=50, observe_layers=None, observe_heads=None, observe_rows=4096):
         load()
         if level not in ("off", "counters", "full"):
             raise ValueError(f"lpdiag.Monitor: level must be off, counters or full, got {level!r}")
@@ -70,6 +75,12 @@ class Monitor:
             raise ValueError(f"lpdiag.Monitor: full_every must be a number of steps >= 0 (0 or None: never), got {full_every!r}")
         self._level, self._full_every, self._next_step = level, (int(full_every) if full_every else None), 0
         self._step_level = self.step_level()  # kept as a string: what a compiled graph reads (and guards on)
+        if observe_every is not None and int(observe_every) < 0:
+            raise ValueError(f"lpdiag.Monitor: observe_every must be a number of steps >= 0 (0: never), got {observe_every!r}")
+        if int(observe_rows) < 0:
+            raise ValueError(f"lpdiag.Monitor: observe_rows must be >= 0 (0: all rows), got {observe_rows!r}")
+        self._observe_every, self._observe_rows = int(observe_every or 0), int(observe_rows)
+        self._first_observed = True  # the first step is observed whatever its number
         if roles is not None:
             mods = dict(model.named_modules())
             layers = [(name, mods.get(name), dict(w)) for name, w in roles.items()]
@@ -98,6 +109,14 @@ class Monitor:
         # only one alive), so two Monitors in one process never mix their counters.
         self._base = int(self._mon.layer_base())
         self.layers = [name for name, _, _ in layers]
+        self._observe_mask = head_mask(observe_heads, heads)
+        if observe_layers is not None:
+            bad = [x for x in observe_layers if not 0 <= int(x) < len(layers)]
+            if bad:
+                raise ValueError(f"lpdiag.Monitor: observe_layers must be in [0, {len(layers)}), got {bad}")
+        self._observe_layers = None if observe_layers is None else {int(x) for x in observe_layers}
+        self._mon.set_observe_every(self._observe_every)
+        self._step_observe = self.step_observed()
         for i, (name, _, w) in enumerate(layers):
             if "qkv" in w:
                 self._mon.add_fused_qkv(name, i, w["qkv"])
@@ -148,12 +167,20 @@ class Monitor:
             return "full"
         return self._level
 
+    def step_observed(self):
+        """Whether the step whose forward runs next is observed: the first, then every observe_every-th."""
+        return bool(self._observe_every) and (self._first_observed or self._next_step % self._observe_every == 0)
+
     def _enter_hook(self, i):
+        observe = (self._base + i, self._observe_rows, self._observe_mask)
+        watched = self._observe_layers is None or i in self._observe_layers
+
         def hook(module, inputs):
             if is_compiling():  # TorchDynamo traces this store; it cannot trace ContextVar.set
                 traced.layer, traced.level = self._base + i, self._step_level
                 return
-            self._tokens.append((current_layer.set(self._base + i), current_level.set(self._step_level)))
+            self._tokens.append((current_layer.set(self._base + i), current_level.set(self._step_level),
+                                 current_observe.set(observe if self._step_observe and watched else None)))
         return hook
 
     def _leave_hook(self):
@@ -162,7 +189,8 @@ class Monitor:
                 traced.layer = traced.level = None
                 return
             if self._tokens:
-                layer_token, level_token = self._tokens.pop()
+                layer_token, level_token, observe_token = self._tokens.pop()
+                current_observe.reset(observe_token)
                 current_level.reset(level_token)
                 current_layer.reset(layer_token)
         return hook
@@ -176,6 +204,8 @@ class Monitor:
             grad_norm = grad_norm.detach()
         self._next_step = int(step) + 1
         self._step_level = self.step_level()
+        self._first_observed = False
+        self._step_observe = self.step_observed()
         return self._mon.record(int(step), loss, float(lr), grad_norm)
 
     def request_capture(self, layer, step):

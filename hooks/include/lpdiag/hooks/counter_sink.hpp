@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lpdiag/trace/head_counters.hpp"
@@ -39,6 +40,10 @@ class CounterSink {
   };
   void report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json, const std::string& json);
   bool reported_spec(std::int64_t layer, Spec& out);
+  // Calls of `layer` the observer skipped: the first of each reason, kept for the layer's Monitor
+  // (an observe_skipped event); drain_skips takes those of ids in [lo, hi).
+  void report_skip(std::int64_t layer, const std::string& reason);
+  std::vector<std::pair<std::int64_t, std::string>> drain_skips(std::int64_t lo, std::int64_t hi);
   // Forgets the counters and specs of ids in [lo, hi) (a session taken anew: a previous Monitor's
   // leftovers are not the new one's).
   void clear_range(std::int64_t lo, std::int64_t hi);
@@ -52,6 +57,7 @@ class CounterSink {
   std::mutex mu_;
   std::map<std::int64_t, std::vector<HeadCounters>> pending_;
   std::map<std::int64_t, Spec> specs_;
+  std::vector<std::pair<std::int64_t, std::string>> skips_;
 };
 
 // Capture requests: the op saves q, k, v of a requested layer in forward and writes the capture

@@ -60,6 +60,9 @@ class Monitor : public torch::CustomClassHolder {
   // request_capture(layer, step) can name it. Before the first record (afterwards each record
   // says which step comes next).
   void set_start_step(int64_t step);
+  // The cadence at which the attention of this run is observed (lpdiag.observed, observe_sdpa,
+  // observe_call): layers the observer reported carry it in their spec (`observe_every`).
+  void set_observe_every(int64_t every);
 
   // Records step `step`. Returns false when training should stop (non-finite loss and
   // stop_on_nan). With weights on CUDA the statistics run on a side stream and the record is
@@ -85,6 +88,10 @@ class Monitor : public torch::CustomClassHolder {
   bool session_released_ = false;
   std::set<int64_t> warned_layers_;
   std::set<int64_t> declared_;  // layers set_attention_numerics was given
+  std::set<int64_t> observed_;  // layers whose counters come from the observer
+  int64_t observe_every_ = 0;
+  // A layer's reported spec, as the trace records it (observed layers: with observe_every).
+  std::string recorded_spec(int64_t layer_index, const std::string& json);
   struct Tracked;
   void open_writer();
   void start();  // at the first record: the writer, the groups, the side stream
