@@ -288,8 +288,14 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     return no_chain(fmt::format("{} starts at step {}, after {} at step {}", a.id, a.onset_step, b.id, b.onset_step));
   };
   if (after(c1, c2)) {
-    const int w = std::max(1, tol);
-    const auto before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
+    int w = std::max(1, tol);
+    auto before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
+    // A trigger measured at a cadence (an observed kernel, every N steps) can leave these bins
+    // unmeasured: the window widens to the nearest measured bins before the bias's onset.
+    while (before_bias.empty() && c2.onset_bin - w > 0) {
+      w *= 2;
+      before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
+    }
     const double rate = before_bias.empty() ? tools::nan() : tools::median(before_bias);
     const double margin = std::max(6 * cp::diff_noise_sd(c1.series), 0.005);
     if (!(rate >= margin)) return out_of_order(c1, c2);

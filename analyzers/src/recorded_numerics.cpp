@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "lpdiag/attention/attention_config.hpp"
 
 namespace lpdiag::analysis {
@@ -49,8 +52,15 @@ RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers
   RecordedNumerics n;
   n.known = !layers.empty();
   n.all_fp32 = n.all_external = n.known;
-  std::vector<std::string> policies, fixes;
+  std::vector<std::string> policies, fixes, kernels;
   for (const auto& l : layers) {
+    const auto spec = nlohmann::json::parse(l.spec.empty() ? std::string("{}") : l.spec, nullptr, false);
+    if (spec.is_object() && spec.value("observed", false)) {
+      n.observed = true;
+      if (spec.contains("observe_every") && spec["observe_every"].is_number_integer())
+        n.observe_every = std::max<std::int64_t>(n.observe_every, spec["observe_every"].get<std::int64_t>());
+      add_distinct(kernels, n.observed_kernels, l.policy);
+    }
     n.all_fp32 = n.all_fp32 && runs_fp32(l.policy);
     n.all_external = n.all_external && l.policy.rfind("external", 0) == 0;
     add_distinct(policies, n.policy, l.policy);
@@ -60,7 +70,7 @@ RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers
 }
 
 void account_for_numerics(ChainResult& c, const RecordedNumerics& n) {
-  if (n.all_external) say_not_recorded(c, n);
+  if (n.all_external && !n.observed) say_not_recorded(c, n);
   if (c.run.healthy || !n.known || c.open_finding < 0 || c.open_finding >= static_cast<int>(c.findings.size())) return;
   // The paper's shift m = beta * max leaves the max entry exp(-(beta - 1) max): past a logit of
   // ~87 (beta 2) that underflows fp32 and the row sum can vanish. Every paper-fix run of

@@ -39,6 +39,7 @@ int train(int argc, char** argv) {
   app.add_option("--seed", seed)->capture_default_str();
   std::string device = "cpu";
   bool no_monitor = false, overwrite = false;
+  int64_t observe_every = 50;
   int64_t timed_from = 10, weights_every = 1;
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
   app.add_option("--attention", cfg.attention,
@@ -56,6 +57,10 @@ int train(int argc, char** argv) {
   app.add_option("--compression", compression, "Deflate level of the trace (0..9)")->capture_default_str();
   int64_t data_seed = -1;
   app.add_option("--data-seed", data_seed, "Seed of the batch order (default: --seed); counterfactual runs keep it")->capture_default_str();
+  app.add_option("--observe-every", observe_every,
+                 "With --attention sdpa: observe PyTorch's attention kernel on the first step and every N-th (0: never)")
+      ->capture_default_str();
+  app.add_option("--observe-rows", cfg.observe_rows, "Query rows per head an observed call looks at (0: all)")->capture_default_str();
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
   app.add_flag("--overwrite", overwrite, "Replace an existing trace at --out (without it, an existing file is refused and left untouched)");
   bool activations = true;
@@ -120,7 +125,8 @@ int train(int argc, char** argv) {
   for (int64_t l = 0; monitor && l < cfg.n_layer; ++l) {
     auto& b = model->blocks[static_cast<std::size_t>(l)];
     if (cfg.attention == "lpdiag") monitor->set_attention_numerics(l, cfg.policy, cfg.fix);
-    else monitor->set_attention_numerics(l, "external:" + cfg.attention, "none");
+    else if (!(cfg.attention == "sdpa" && observe_every > 0)) monitor->set_attention_numerics(l, "external:" + cfg.attention, "none");
+    // observed: the observer reports external:<the backend PyTorch picked> itself
     monitor->add_fused_qkv("h." + std::to_string(l) + ".attn", l, b->c_attn->weight);
     monitor->add_matrix("h." + std::to_string(l) + ".attn.c_proj", "attn_o", l, 0, b->attn_proj->weight, 0, cfg.n_embd);
     monitor->add_matrix("h." + std::to_string(l) + ".mlp.c_fc", "mlp_in", l, 0, b->c_fc->weight, 0, 4 * cfg.n_embd);
@@ -131,6 +137,8 @@ int train(int argc, char** argv) {
     model->observe = [&monitor](std::size_t l, const torch::Tensor& x) { monitor->observe_activation("h." + std::to_string(l) + ".out", x); };
   }
   if (monitor) monitor->set_compression(compression), monitor->set_flush_every(flush_every);
+  if (monitor && cfg.attention == "sdpa") monitor->set_observe_every(observe_every), model->cfg.layer_base = monitor->layer_base();
+  for (auto& b : model->blocks) b->cfg.layer_base = model->cfg.layer_base;
   if (monitor) monitor->set_cadence("weights", weights_every), monitor->set_cadence("updates", weights_every);
   if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
 
@@ -156,6 +164,7 @@ int train(int argc, char** argv) {
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(step_lr);
     if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();
     if (full_every > 0 && cfg.instrument == "full") model->set_instrument(step % full_every == 0 ? "full" : "counters");
+    if (monitor && cfg.attention == "sdpa" && observe_every > 0) model->set_observe(step == 0 || step % observe_every == 0);
     auto [xc, yc] = corpus.batch(batch, cfg.block, gen);
     const auto c0 = std::chrono::steady_clock::now();
     const torch::Tensor x = xc.to(dev), y = yc.to(dev);

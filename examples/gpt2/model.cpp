@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "lpdiag/hooks/attention_op.hpp"
+#include "lpdiag/hooks/observer.hpp"
 #include "autocast.hpp"
 
 namespace gpt2 {
@@ -30,7 +31,13 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
     // low-precision attention), the output rounded once to bf16 as every other path returns it.
     auto in = [&](const torch::Tensor& t) { return cfg.attention == "sdpa" ? heads(t) : heads(t).to(torch::kFloat32); };
     const AutocastOff fp32_stays_fp32;  // under --autocast, SDPA would otherwise run in bf16
-    y = at::scaled_dot_product_attention(in(qkv[0]), in(qkv[1]), in(qkv[2]), {}, 0.0, true).to(torch::kBFloat16);
+    const torch::Tensor q = in(qkv[0]), k = in(qkv[1]), v = in(qkv[2]);
+    y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    // lpdiag: on an observed step, what PyTorch's kernel did (y and, in the backward, dy are read only).
+    if (cfg.observe_now && cfg.attention == "sdpa")
+      lpdiag::hooks::observe_call(q, k, v, y, true, 0.0, cfg.layer_base + layer, lpdiag::hooks::sdpa_backend(q, k, v, true),
+                                  cfg.observe_rows);
+    y = y.to(torch::kBFloat16);
 #else
     throw std::runtime_error("--attention " + cfg.attention + " needs LibTorch >= 2.0");
 #endif
@@ -46,6 +53,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 void GPTImpl::set_instrument(const std::string& level) {
   cfg.instrument = level;
   for (auto& b : blocks) b->cfg.instrument = level;
+}
+
+void GPTImpl::set_observe(bool on) {
+  cfg.observe_now = on;
+  for (auto& b : blocks) b->cfg.observe_now = on;
 }
 
 GPTImpl::GPTImpl(const Config& c) : cfg(c) {

@@ -15,6 +15,10 @@ struct Config {
   // (LibTorch >= 2.0) in bf16, the run without hooks that the overhead benchmark compares against;
   // "sdpa-fp32": PyTorch's SDPA on the bf16 inputs cast to fp32 (the fp32-attention counterfactual).
   std::string attention = "lpdiag";
+  // --attention sdpa: observe this step's attention calls (lpdiag::hooks::observe_call) as layer
+  // ids layer_base + layer, looking at observe_rows query rows per head.
+  bool observe_now = false;
+  int64_t layer_base = 0, observe_rows = 4096;
 };
 
 struct BlockImpl : torch::nn::Module {
@@ -37,6 +41,8 @@ struct GPTImpl : torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};
   // The op's instrumentation level of every block from now on ("off", "counters", "full").
   void set_instrument(const std::string& level);
+  // Whether the coming step's attention is observed (--attention sdpa).
+  void set_observe(bool on);
   // Called with each block's output during forward (lpdiag: the Monitor's activations).
   std::function<void(std::size_t layer, const torch::Tensor& out)> observe;
 };

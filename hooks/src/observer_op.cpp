@@ -1,5 +1,7 @@
 #include "lpdiag/hooks/observer.hpp"
 
+#include <torch/version.h>
+
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -73,6 +75,16 @@ std::string unsupported(const torch::Tensor& q, const torch::Tensor& k, const to
   return "";
 }
 
+ObservedCall call_shape(const torch::Tensor& q, const torch::Tensor& k, bool causal, double scale, int64_t max_rows, int64_t head_mask) {
+  ObservedCall c;
+  c.B = q.size(0), c.Hq = q.size(1), c.Nq = q.size(2), c.d = q.size(3), c.Hkv = k.size(1), c.Nk = k.size(2);
+  c.causal = causal;
+  c.scale = scale;
+  c.batches = max_rows > 0 ? std::max<int64_t>(1, (max_rows + c.Nq - 1) / c.Nq) : 0;
+  c.head_mask = static_cast<std::uint64_t>(head_mask);
+  return c;
+}
+
 std::vector<float> floats(const torch::Tensor& t) {
   torch::Tensor f = t.to(torch::kCPU, torch::kFloat32).contiguous();
   return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
@@ -83,6 +95,46 @@ std::string spec_json(const std::string& name, bool causal, double scale, int64_
   return j.dump();
 }
 
+
+#ifdef LPDIAG_HOOKS_CUDA
+lpdiag::cuda::ObservedView device_view(const torch::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+// The CUDA observer's forward into `counters` (Hq entries); returns O - O_exact of the observed rows.
+torch::Tensor cuda_forward(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in, const torch::Tensor& o_in,
+                           const ObservedCall& c, lpdiag::cuda::DeviceHeadCounters* counters) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  auto last_contiguous = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+  const torch::Tensor q = last_contiguous(q_in), k = last_contiguous(k_in), v = last_contiguous(v_in), o = last_contiguous(o_in);
+  torch::Tensor err = torch::empty({c.observed_batches(), c.Hq, c.Nq, c.d}, q.options().dtype(torch::kFloat32));
+  lpdiag::cuda::ObserveForwardArgs a;
+  a.type = q.scalar_type() == torch::kBFloat16 ? lpdiag::cuda::ObservedType::bf16 : lpdiag::cuda::ObservedType::fp16;
+  a.q = device_view(q), a.k = device_view(k), a.v = device_view(v), a.o = device_view(o);
+  a.shape = c;
+  a.o_error = err.data_ptr<float>();
+  a.counters = counters;
+  a.stream = c10::cuda::getCurrentCUDAStream().stream();
+  lpdiag::cuda::observe_forward(a);
+  return err;
+}
+
+void cuda_backward(const torch::Tensor& dout, const torch::Tensor& o_error, std::int64_t head_mask,
+                   lpdiag::cuda::DeviceHeadCounters* counters) {
+  const c10::cuda::CUDAGuard guard(o_error.device());
+  torch::Tensor g = dout.to(o_error.device());
+  if (!half_type(g)) g = g.to(torch::kBFloat16);
+  if (g.stride(3) != 1) g = g.contiguous();
+  lpdiag::cuda::ObserveBackwardArgs a;
+  a.type = g.scalar_type() == torch::kBFloat16 ? lpdiag::cuda::ObservedType::bf16 : lpdiag::cuda::ObservedType::fp16;
+  a.dout = device_view(g);
+  a.o_error = o_error.data_ptr<float>();
+  a.batches = o_error.size(0), a.Hq = o_error.size(1), a.Nq = o_error.size(2), a.d = o_error.size(3);
+  a.head_mask = static_cast<std::uint64_t>(head_mask);
+  a.counters = counters;
+  a.stream = c10::cuda::getCurrentCUDAStream().stream();
+  lpdiag::cuda::observe_backward(a);
+}
+#endif
+
 }  // namespace
 
 torch::Tensor observe_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
@@ -92,12 +144,7 @@ torch::Tensor observe_forward(const torch::Tensor& q, const torch::Tensor& k, co
   if (layer < 0) return skip(layer, name, "no layer id (no lpdiag.Monitor runs this module, and no layer was given)");
   const std::string why = unsupported(q, k, v, o);
   if (!why.empty()) return skip(layer, name, why);
-  ObservedCall c;
-  c.B = q.size(0), c.Hq = q.size(1), c.Nq = q.size(2), c.d = q.size(3), c.Hkv = k.size(1), c.Nk = k.size(2);
-  c.causal = causal;
-  c.scale = scale;
-  c.batches = max_rows > 0 ? std::max<int64_t>(1, (max_rows + c.Nq - 1) / c.Nq) : 0;
-  c.head_mask = static_cast<std::uint64_t>(head_mask);
+  ObservedCall c = call_shape(q, k, causal, scale, max_rows, head_mask);
   try {
     check_observed_call(c, false);
   } catch (const Error& e) {
@@ -108,30 +155,12 @@ torch::Tensor observe_forward(const torch::Tensor& q, const torch::Tensor& k, co
     CounterSink::instance().report_spec(layer, "external:" + name, R"({"kind":"none"})", spec_json(name, causal, scale, max_rows));
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
-    const c10::cuda::CUDAGuard guard(q.device());
-    auto view = [](const torch::Tensor& t) {
-      const torch::Tensor u = t.stride(3) == 1 ? t : t.contiguous();
-      return std::make_pair(u, lpdiag::cuda::ObservedView{u.data_ptr(), u.stride(0), u.stride(1), u.stride(2)});
-    };
-    auto [qq, qv] = view(q);
-    auto [kk, kv] = view(k);
-    auto [vv, vview] = view(v);
-    auto [oo, ov] = view(o);
-    torch::Tensor err = torch::empty({Bo, c.Hq, c.Nq, c.d}, q.options().dtype(torch::kFloat32));
     torch::Tensor scratch;
-    lpdiag::cuda::ObserveForwardArgs a;
-    a.type = q.scalar_type() == torch::kBFloat16 ? lpdiag::cuda::ObservedType::bf16 : lpdiag::cuda::ObservedType::fp16;
-    a.q = qv, a.k = kv, a.v = vview, a.o = ov;
-    a.shape = c;
-    a.o_error = err.data_ptr<float>();
-    a.counters = device_counters_for(layer, c.Hq, q, scratch);
-    a.stream = c10::cuda::getCurrentCUDAStream().stream();
     try {
-      lpdiag::cuda::observe_forward(a);
+      return cuda_forward(q, k, v, o, c, device_counters_for(layer, c.Hq, q, scratch));
     } catch (const Error& e) {
       return skip(layer, name, e.what());
     }
-    return err;
   }
 #endif
   const torch::Tensor qb = q.narrow(0, 0, Bo), kb = k.narrow(0, 0, Bo), vb = v.narrow(0, 0, Bo), ob = o.narrow(0, 0, Bo);
@@ -153,20 +182,8 @@ void observe_backward(const torch::Tensor& dout, const torch::Tensor& o_error, i
   }
 #ifdef LPDIAG_HOOKS_CUDA
   if (o_error.is_cuda()) {
-    const c10::cuda::CUDAGuard guard(o_error.device());
-    torch::Tensor g = dout.to(o_error.device());
-    if (!half_type(g)) g = g.to(o_error.scalar_type() == torch::kFloat32 ? torch::kBFloat16 : o_error.scalar_type());
-    if (g.stride(3) != 1) g = g.contiguous();
     torch::Tensor scratch;
-    lpdiag::cuda::ObserveBackwardArgs a;
-    a.type = g.scalar_type() == torch::kBFloat16 ? lpdiag::cuda::ObservedType::bf16 : lpdiag::cuda::ObservedType::fp16;
-    a.dout = {g.data_ptr(), g.stride(0), g.stride(1), g.stride(2)};
-    a.o_error = o_error.data_ptr<float>();
-    a.batches = Bo, a.Hq = Hq, a.Nq = Nq, a.d = d;
-    a.head_mask = static_cast<std::uint64_t>(head_mask);
-    a.counters = device_counters_for(layer, Hq, o_error, scratch);
-    a.stream = c10::cuda::getCurrentCUDAStream().stream();
-    lpdiag::cuda::observe_backward(a);
+    cuda_backward(dout, o_error, head_mask, device_counters_for(layer, Hq, o_error, scratch));
     return;
   }
 #endif
@@ -184,6 +201,73 @@ void observe_call(const torch::Tensor& q, const torch::Tensor& k, const torch::T
   if (!err.defined() || !o.requires_grad()) return;
   torch::Tensor out = o;  // the hook reads dO and returns nothing: the gradient goes on unchanged
   out.register_hook([err, layer, head_mask](torch::Tensor g) { observe_backward(g, err, layer, head_mask); });
+}
+
+torch::Tensor observe_stats(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
+                            const torch::Tensor& dout, bool causal, double scale) {
+  torch::NoGradGuard no_grad;
+  const std::string why = unsupported(q, k, v, o);
+  TORCH_CHECK(why.empty(), "lpdiag.observe.measure: cannot observe this call: ", why);
+  ObservedCall c = call_shape(q, k, causal, scale, 0, 0);
+  try {
+    check_observed_call(c, false);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag.observe.measure: ", e.what());
+  }
+  const bool backward = dout.defined() && dout.numel() > 0;
+  if (backward)
+    TORCH_CHECK(dout.sizes() == q.sizes(), "lpdiag.observe.measure: dout must have q's shape ", q.sizes(), ", got ", dout.sizes());
+  std::vector<HeadCounters> heads;
+#ifdef LPDIAG_HOOKS_CUDA
+  if (q.is_cuda()) {
+    torch::Tensor buf = torch::zeros({c.Hq * static_cast<int64_t>(sizeof(lpdiag::cuda::DeviceHeadCounters))}, q.options().dtype(torch::kUInt8));
+    auto* counters = reinterpret_cast<lpdiag::cuda::DeviceHeadCounters*>(buf.data_ptr());
+    const torch::Tensor err = cuda_forward(q, k, v, o, c, counters);
+    if (backward) cuda_backward(dout, err, 0, counters);
+    heads = lpdiag::cuda::read_counters(counters, c.Hq, c10::cuda::getCurrentCUDAStream().stream());
+  }
+#endif
+  if (!q.is_cuda()) {
+    const auto qf = floats(q), kf = floats(k), vf = floats(v), of = floats(o);
+    c.q = qf.data(), c.k = kf.data(), c.v = vf.data(), c.o = of.data();
+    ObservedForward f = lpdiag::observe_forward(c, at::get_num_threads());
+    heads = f.heads;
+    if (backward) {
+      const auto gf = floats(dout);
+      const auto d = lpdiag::observe_backward(gf.data(), f.o_error, c.B, c.Hq, c.Nq, c.d);
+      for (std::size_t h = 0; h < heads.size(); ++h) heads[h] += d[h];
+    }
+  }
+  torch::Tensor out = torch::empty({c.Hq, 14}, torch::kFloat64);
+  auto a = out.accessor<double, 2>();
+  for (int64_t h = 0; h < c.Hq; ++h) {
+    const HeadCounters& x = heads[static_cast<std::size_t>(h)];
+    const double row[14] = {double(x.rows), double(x.repeated_max_rows), double(x.zero_max_repeated_rows), double(x.logit_max),
+                            double(x.o_err_count), x.o_err_sum, x.o_err_sumsq, double(x.o_err_pos), double(x.o_err_neg),
+                            double(x.delta_err_count), x.delta_err_sum, x.delta_err_sumsq, double(x.delta_err_pos), double(x.delta_err_neg)};
+    for (int i = 0; i < 14; ++i) a[h][i] = row[i];
+  }
+  return out;
+}
+
+std::string sdpa_backend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  try {
+    // ATen's sdp::SDPBackend: math 0, flash_attention 1, efficient_attention 2, cudnn_attention 3.
+    switch (at::_fused_sdp_choice(q, k, v, {}, 0.0, causal)) {
+      case 0: return "math";
+      case 1: return "flash";
+      case 2: return "efficient";
+      case 3: return "cudnn";
+      default: return "sdpa";
+    }
+  } catch (const std::exception&) {
+    return "sdpa";
+  }
+#else
+  (void)q, (void)k, (void)v, (void)causal;
+  return "sdpa";
+#endif
 }
 
 std::map<std::string, int64_t> observer_skips() {

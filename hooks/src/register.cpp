@@ -40,6 +40,9 @@ TORCH_LIBRARY(lpdiag, m) {
         &observe_forward_op);
   m.def("observe_backward(Tensor dout, Tensor o_error, int layer_index, int head_mask) -> ()", &lpdiag::hooks::observe_backward);
   m.def("observer_skips() -> str[]", &observer_skips_op);
+  m.def("observe_stats(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dout, bool causal, float scale) -> Tensor",
+        &lpdiag::hooks::observe_stats);
+  m.def("observe_stat_columns() -> str", [] { return std::string(lpdiag::hooks::kObservedStatColumns); });
   m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
   m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
   m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "

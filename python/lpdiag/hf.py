@@ -1,4 +1,5 @@
-"""lpdiag as a Hugging Face attention implementation, named "lpdiag":
+"""lpdiag as Hugging Face attention implementations: "lpdiag" (lpdiag's kernels) and
+"lpdiag-observe" (transformers' SDPA unchanged, observed on the Monitor's observed steps):
 
     lpdiag.register_transformers(policy="fa2", level="counters")
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="lpdiag")
@@ -14,7 +15,8 @@ import warnings
 
 import torch
 
-from .attention import attention
+from .attention import attention, current_observe
+from .observe import ObserveSdpaMode
 from .sdpa import unsupported_reason
 
 fell_through = collections.Counter()
@@ -58,8 +60,18 @@ def lpdiag_attention_forward(module, query, key, value, attention_mask, scaling=
     return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
+def lpdiag_observe_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """"lpdiag-observe": transformers' own SDPA implementation, unchanged; on the running Monitor's
+    observed steps its scaled_dot_product_attention call is observed (lpdiag.observe_sdpa)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if current_observe.get() is None or ObserveSdpaMode is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    with ObserveSdpaMode():
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
 def register_transformers(**spec):
-    """Registers "lpdiag" with transformers' AttentionInterface (spec: policy, fix, level). Returns
+    """Registers "lpdiag" and "lpdiag-observe" with transformers' AttentionInterface (spec: policy, fix, level). Returns
     False when transformers (or its AttentionInterface, transformers >= 4.48) is not installed."""
     try:
         from transformers import AttentionInterface
@@ -71,10 +83,12 @@ def register_transformers(**spec):
     _spec.clear()
     _spec.update(spec)
     AttentionInterface.register("lpdiag", lpdiag_attention_forward)
+    AttentionInterface.register("lpdiag-observe", lpdiag_observe_forward)
     try:  # transformers >= 4.53 builds masks per implementation: SDPA's (none when only causal)
         from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
-        if "lpdiag" not in ALL_MASK_ATTENTION_FUNCTIONS:
-            AttentionMaskInterface.register("lpdiag", sdpa_mask)
+        for name in ("lpdiag", "lpdiag-observe"):
+            if name not in ALL_MASK_ATTENTION_FUNCTIONS:
+                AttentionMaskInterface.register(name, sdpa_mask)
     except ImportError:
         pass
     return True

@@ -176,3 +176,36 @@ def head_mask(heads, n_head):
             raise ValueError("lpdiag.Monitor: observe_heads can name heads 0 to 62 (a bitmask); leave it None to observe all")
         mask |= 1 << h
     return mask
+
+
+def _mean_z(n, s, ss):
+    """z of a mean error from its count, sum and sum of squares (as lpdiag's analyzers compute it)."""
+    if n < 2 or not math.isfinite(s) or not math.isfinite(ss):
+        return float("nan")
+    mean = s / n
+    var = max(0.0, ss - s * mean) / (n - 1)
+    if var == 0:
+        return 0.0 if mean == 0 else math.copysign(float("inf"), mean)
+    return mean / math.sqrt(var / n)
+
+
+def measure(q, k, v, o, dout=None, *, causal=False, scale=None):
+    """What the observer sees in one call, every row observed: q, k, v the kernel's inputs and o
+    its output ((B, H, N, d); k, v may have fewer heads), dout the gradient at o (optional).
+    Returns {"heads": {field: [per head]}, "o_z": z of the mean O error, "delta_z": z of the mean
+    delta error (None without dout), "repeated_max_rows", "rows"} over all heads. For a kernel
+    author's own tests; a training run uses lpdiag.observed under a Monitor instead."""
+    load()
+    none = torch.empty(0)
+    t = torch.ops.lpdiag.observe_stats(q.detach(), k.detach(), v.detach(), o.detach(),
+                                       none if dout is None else dout.detach(), bool(causal), float(scale or 0.0))
+    cols = torch.ops.lpdiag.observe_stat_columns().split()
+    heads = {c: t[:, i].tolist() for i, c in enumerate(cols)}
+
+    def total(c):
+        return float(sum(heads[c]))
+    out = {"heads": heads, "rows": int(total("rows")), "repeated_max_rows": int(total("repeated_max_rows")),
+           "o_z": _mean_z(total("o_err_count"), total("o_err_sum"), total("o_err_sumsq")), "delta_z": None}
+    if dout is not None:
+        out["delta_z"] = _mean_z(total("delta_err_count"), total("delta_err_sum"), total("delta_err_sumsq"))
+    return out

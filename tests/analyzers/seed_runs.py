@@ -253,7 +253,8 @@ def main():
           '<h2 class="open">Run healthy by the failure rules, with a warning</h2>' in html and '<h2 class="none">' not in html
           and "policy external:sdpa" in html)
     check(f"gpt2-sdpa-bf16-2e-3: the JSON says what ran ({j['attention_numerics']})",
-          j["attention_numerics"] == {"policy": "external:sdpa", "fix": "none", "all_fp32": False, "all_external": True})
+          j["attention_numerics"] == {"policy": "external:sdpa", "fix": "none", "all_fp32": False, "all_external": True,
+                                      "observed": False, "observe_every": 0, "observed_kernels": ""})
     check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",
           ref["attributable_to_attention_numerics"] is True and 20 <= int((re.search(r"(\d+)% above", ref["evidence"]) or [0, 0])[1]) <= 26)
     print("FAIL" if bad else "ok")

@@ -67,7 +67,10 @@ int run_analyze(const AnalyzeArgs& a) {
     j["attention_numerics"] = {{"policy", run.numerics.policy},
                                {"fix", run.numerics.fix},
                                {"all_fp32", run.numerics.all_fp32},
-                               {"all_external", run.numerics.all_external}};
+                               {"all_external", run.numerics.all_external},
+                               {"observed", run.numerics.observed},
+                               {"observe_every", run.numerics.observe_every},
+                               {"observed_kernels", run.numerics.observed_kernels}};
     if (cmp) {
       j["reference"] = reference_to_json(*cmp);
       j["reference"]["run"] = verdict_to_json(ref->c.run);

@@ -140,8 +140,13 @@ int run_report(const ReportArgs& a) {
                                                                t.records, t.first_step, t.last_step)) + "</p>";
   if (run.numerics.known)
     html += "<p>" + html_escape(fmt::format("attention as recorded: policy {}, fix {}{}", run.numerics.policy, run.numerics.fix,
-                                            run.numerics.all_external ? " (a kernel lpdiag did not run: no counters or error statistics)"
-                                                                      : "")) +
+                                            run.numerics.observed
+                                                ? fmt::format(" (observed from outside the kernel{}: repeated maxima, O and delta errors)",
+                                                              run.numerics.observe_every > 0
+                                                                  ? fmt::format(" every {} steps", run.numerics.observe_every)
+                                                                  : "")
+                                            : run.numerics.all_external ? " (a kernel lpdiag did not run: no counters or error statistics)"
+                                                                        : "")) +
             "</p>";
   // The headline is the run verdict: a failed run is never shown green, nor a healthy one with a
   // warning (a loss plateau, logits that kept growing): that one is grey and says so.

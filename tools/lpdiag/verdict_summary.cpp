@@ -46,6 +46,9 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
                                                        c.run.warnings.front().onset_step));
   else
     out.push_back(fmt::format("FAILED: {} from step {}", c.run.failure.kind, c.run.failure.onset_step));
+  if (n.observed)
+    out.push_back(fmt::format("observed kernel: {} (measured from outside the kernel{}: repeated maxima, O and delta errors)",
+                              n.observed_kernels, n.observe_every > 0 ? fmt::format(" every {} steps", n.observe_every) : ""));
   if (c.found)
     out.push_back(fmt::format("causal chain at layer {} head {} (confidence {:.2f}{})", c.layer_index, c.head, c.confidence,
                               c.driving == "reference" ? ", decided by the reference run" : ""));

@@ -3,6 +3,7 @@
 // attention ran in fp32 cannot have failed through low-precision attention rounding, and a run
 // that already ran a fix is decided by fp32 attention or by the same run without it.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct RecordedNumerics {
   bool all_external = false;  // every layer ran attention lpdiag did not run ("external[:backend]"): no counters, no errors
   std::string policy;     // every layer's, joined by ", " where they differ
   std::string fix;        // the fix that ran ("none"), joined likewise
+  // Layers whose kernel lpdiag did not run but observed (spec `observed`): their counters and
+  // error statistics were measured from outside the kernel, every `observe_every` steps.
+  bool observed = false;
+  std::int64_t observe_every = 0;  // the largest cadence among observed layers
+  std::string observed_kernels;    // their policies ("external:cudnn"), joined by ", "
 };
 
 RecordedNumerics recorded_numerics(const std::vector<AttentionLayerSpec>& layers);

@@ -30,6 +30,18 @@ void observe_backward(const torch::Tensor& dout, const torch::Tensor& o_error, i
 void observe_call(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o, bool causal,
                   double scale, int64_t layer, const std::string& name, int64_t max_rows = 4096, int64_t head_mask = 0);
 
+// The observer as a measurement: one call's per-head statistics, (Hq, 14) float64 on the CPU,
+// columns as kObservedStatColumns (dout undefined or empty: no delta columns). Every row observed.
+constexpr const char* kObservedStatColumns =
+    "rows repeated_max_rows zero_max_repeated_rows logit_max o_err_count o_err_sum o_err_sumsq o_err_pos o_err_neg "
+    "delta_err_count delta_err_sum delta_err_sumsq delta_err_pos delta_err_neg";
+torch::Tensor observe_stats(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
+                            const torch::Tensor& dout, bool causal, double scale);
+
+// The backend PyTorch picks for scaled_dot_product_attention(q, k, v, causal) with no mask and no
+// dropout: "cudnn", "flash", "efficient", "math"; "sdpa" where LibTorch does not say (< 2.0).
+std::string sdpa_backend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal);
+
 // Why calls were skipped so far, with their counts (process-wide).
 std::map<std::string, int64_t> observer_skips();
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One device call for the observer: build, its GPU tests, the observed kernel survey, and the
+# GPT-2-small step A/B; or (stage gpt2run) a GPT-2-small run with PyTorch's default attention
+# observed. Logs under $OUT.
+#   scripts/lab/observer_gpu.sh [tests] [ab] [gpt2run]
+#   gpt2run needs corpus/kjv.txt (scripts/lab/make-corpus; carry it). STEPS (5000), SEED (1), LR (1e-3).
+set -u
+OUT=${OUT:-out/observer}
+mkdir -p "$OUT"
+B=build-gpu
+stage() { echo "== $1 ($(date +%T))"; }
+if [ ! -f $B/build.ninja ]; then source "$(dirname "$0")/gpu_configure.sh"; fi
+stage build
+ninja -C $B lpdiag_torch lpdiag_cli gpt2_train test_observer test_observer_cuda test_flash_attention >"$OUT/build.log" 2>&1
+echo "build rc=$?"; grep -E "error|FAILED" "$OUT/build.log" | head -20
+G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16"
+for s in "$@"; do
+  case $s in
+    tests)
+      stage "test_observer_cuda"
+      timeout 300 $B/tests/test_observer_cuda >"$OUT/test_observer_cuda.log" 2>&1; echo "rc=$?"; tail -40 "$OUT/test_observer_cuda.log"
+      stage "test_observer (CPU)"
+      $B/tests/test_observer | tail -2
+      stage "observe_cuda.py"
+      OUT=$OUT PYTHONPATH=python:tests/python LPDIAG_TORCH_LIBRARY=$B/hooks/liblpdiag_torch.so timeout 400 \
+        python3 tests/python/observe_cuda.py $B/tools/lpdiag docs/results/data/kernel_survey_h200.json >"$OUT/observe_cuda.log" 2>&1
+      echo "rc=$?"; grep -vE "^ok" "$OUT/observe_cuda.log" | tail -30 ;;
+    ab)
+      # Interleaved, two repetitions, steady state from step 10: PyTorch's SDPA without lpdiag;
+      # with the Monitor and the observer at the default cadence (50: steps 50 and 100 observed);
+      # the Monitor without observation; every step observed (an observed step's own cost).
+      stage "gpt2 step A/B"
+      for rep in 1 2; do
+        for cfg in "plain --attention sdpa --no-monitor" "obs50 --attention sdpa --observe-every 50" \
+                   "obs0 --attention sdpa --observe-every 0" "obs1 --attention sdpa --observe-every 1"; do
+          set -- $cfg; n=$1; shift
+          timeout 120 $G --steps 110 --timed-from 10 --log-every 1000 "$@" --out "$OUT/ab-$n-$rep.h5" --overwrite >"$OUT/ab-$n-$rep.log" 2>&1
+          echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/ab-$n-$rep.log")"
+        done
+      done
+      $B/tools/lpdiag info "$OUT/ab-obs50-1.h5" | head -30 >"$OUT/ab-obs50-info.txt" 2>&1
+      rm -f "$OUT"/ab-*.h5 ;;
+    gpt2run)
+      stage "GPT-2 small, PyTorch's default attention (bf16), observed every 50 steps"
+      steps=${STEPS:-5000}; seed=${SEED:-1}; lr=${LR:-1e-3}
+      timeout -s TERM 540 $G --autocast --weight-decay 0 --text corpus/kjv.txt --compression 6 --flush-every 50 --log-every 250 \
+        --weights-every 10 --no-activations --warmup 200 --steps $steps --seed $seed --lr $lr --attention sdpa --observe-every 50 \
+        --out "$OUT/gpt2-sdpa-observed-$lr-s$seed.h5" >"$OUT/gpt2run.log" 2>&1
+      echo "rc=$?"; grep -E "^step +(0|[0-9]*000) |^trained|steady|error" "$OUT/gpt2run.log" | tail -12
+      $B/tools/lpdiag analyze "$OUT/gpt2-sdpa-observed-$lr-s$seed.h5" --verbose >"$OUT/gpt2run.analyze.txt" 2>&1
+      $B/tools/lpdiag analyze "$OUT/gpt2-sdpa-observed-$lr-s$seed.h5" --json >"$OUT/gpt2run.analyze.json" 2>&1
+      head -40 "$OUT/gpt2run.analyze.txt" ;;
+  esac
+done
+stage done
