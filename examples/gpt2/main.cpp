@@ -194,6 +194,7 @@ int train(int argc, char** argv) {
   sync();
   const auto t1 = std::chrono::steady_clock::now();
   if (loss.defined()) last_loss = loss.item<double>();
+  if (monitor) std::printf("Monitor::record host time per record, ms: %s\n", monitor->host_cost_json().c_str());
   if (monitor) monitor->close();
   const double close_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const double secs = std::chrono::duration<double>(t1 - t0).count();

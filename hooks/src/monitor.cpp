@@ -448,7 +448,15 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
     ++records_;
     return !(stop_on_nan_ && !std::isfinite(loss.item<double>()));
   }
+  using clock = std::chrono::steady_clock;
+  auto t_mark = clock::now();
+  auto lap = [&](int part) {
+    const auto now = clock::now();
+    host_ms_[part] += std::chrono::duration<double, std::milli>(now - t_mark).count();
+    t_mark = now;
+  };
   finish_pending(step + 1);  // the previous step's statistics have long landed
+  lap(0);
   auto r = std::make_unique<TraceRecord>(TraceRecord::unmeasured(layout_, step));
   auto fetch = std::make_unique<RecordFetch>();
   // The loss and gradient norm of a CUDA run come with the statistics, so record() never waits
@@ -475,6 +483,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       recorded_spec(a.layer_index, s.json);
     }
   }
+  lap(1);
   // This Monitor's session only, drained every step (kept when due); counters no live Monitor
   // holds are reported once each, not kept.
   fetch->counters = PendingCounters::take(stream_ ? &*stream_device_ : nullptr, session_base_, session_base_ + kSessionLayers);
@@ -489,6 +498,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   for (const auto& [id, why] : CounterSink::instance().drain_skips(session_base_, session_base_ + kSessionLayers))
     writer_->add_event({step, "observe_skipped", static_cast<std::int32_t>(id - session_base_), -1, NAN, why.substr(0, 120)});
   fetch->counters_due = due("attention");
+  lap(2);
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
   StatsGraph* graph = nullptr;
   if (stats) {
@@ -539,6 +549,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
       stream_->fetch(fetch->parts());
     }
   }
+  lap(3);
   if (ud)
     for (auto& g : groups_) g->keep_as_previous();
   activation_values_.clear();
@@ -548,11 +559,24 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   pending_fetch_ = std::move(fetch);
   ++records_;
   if (!stream_ || stop) finish_pending(step + 1);  // in line, or a run that stops here
+  lap(4);
+  ++timed_records_;
   if (stop) {
     writer_->flush();
     return false;
   }
   return true;
+}
+
+std::string Monitor::host_cost_json() const {
+  const double n = timed_records_ > 0 ? static_cast<double>(timed_records_) : 1.0;
+  const char* names[5] = {"land", "prepare", "counters", "stats", "rest"};
+  nlohmann::json j;
+  double total = 0;
+  for (int i = 0; i < 5; ++i) j[names[i]] = host_ms_[i] / n, total += host_ms_[i];
+  j["total"] = total / n;
+  j["records"] = timed_records_;
+  return j.dump();
 }
 
 void Monitor::finish_pending(int64_t next_step) {

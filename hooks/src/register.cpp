@@ -75,7 +75,8 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("trace_path", &Monitor::trace_path)
       .def("trace_error", &Monitor::trace_error)
       .def("layer_base", &Monitor::layer_base)
-      .def("records", &Monitor::records);
+      .def("records", &Monitor::records)
+      .def("host_cost_json", &Monitor::host_cost_json);
 }
 
 // lpdiag::attention: autograd over the forward and backward kernels; those run on the CPU (the

@@ -241,6 +241,11 @@ class Monitor:
         None when no trace could be created (trace_error says why; training goes on)."""
         return self._mon.trace_path() or None
 
+    def host_cost(self):
+        """The host time record() took per record on average, by part, in ms: {"total", "land",
+        "prepare", "counters", "stats", "rest", "records"} (a number to log beside the step time)."""
+        return json.loads(self._mon.host_cost_json())
+
     @property
     def trace_error(self):
         """Why there is no trace ("" while there is one)."""

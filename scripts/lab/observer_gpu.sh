@@ -27,15 +27,18 @@ for s in "$@"; do
       echo "rc=$?"; grep -vE "^ok" "$OUT/observe_cuda.log" | tail -30 ;;
     ab)
       # Interleaved, two repetitions, steady state from step 10: PyTorch's SDPA without lpdiag;
-      # with the Monitor and the observer at the default cadence (50: steps 50 and 100 observed);
-      # the Monitor without observation; every step observed (an observed step's own cost).
+      # with the Monitor and the observer at the default cadence (50: steps 50 and 100 observed),
+      # weight statistics every step (the default) and every 10; the Monitor alone (weights every
+      # 10); every step observed (an observed step's own cost).
       stage "gpt2 step A/B"
       for rep in 1 2; do
         for cfg in "plain --attention sdpa --no-monitor" "obs50 --attention sdpa --observe-every 50" \
-                   "obs0 --attention sdpa --observe-every 0" "obs1 --attention sdpa --observe-every 1"; do
+                   "obs50w10 --attention sdpa --observe-every 50 --weights-every 10" \
+                   "obs0w10 --attention sdpa --observe-every 0 --weights-every 10" \
+                   "obs1w10 --attention sdpa --observe-every 1 --weights-every 10"; do
           set -- $cfg; n=$1; shift
           timeout 120 $G --steps 110 --timed-from 10 --log-every 1000 "$@" --out "$OUT/ab-$n-$rep.h5" --overwrite >"$OUT/ab-$n-$rep.log" 2>&1
-          echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/ab-$n-$rep.log")"
+          echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/ab-$n-$rep.log") $(grep -E "host time" "$OUT/ab-$n-$rep.log")"
         done
       done
       $B/tools/lpdiag info "$OUT/ab-obs50-1.h5" | head -30 >"$OUT/ab-obs50-info.txt" 2>&1

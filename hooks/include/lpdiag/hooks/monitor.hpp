@@ -82,6 +82,12 @@ class Monitor : public torch::CustomClassHolder {
   // attention calls of layer l pass layer_base() + l.
   int64_t layer_base() const { return session_base_; }
   int64_t records() const { return records_; }
+  // The host time record() took, per record on average, by part (JSON, milliseconds): "total";
+  // "land" (the previous record's statistics landing and its append to the trace), "prepare"
+  // (the new record and its scalars), "counters" (taking the attention counters), "stats" (the
+  // weight, update and activation statistics launched), "rest". A number to log beside a run's
+  // step time.
+  std::string host_cost_json() const;
 
  private:
   int64_t session_base_ = -1;
@@ -128,6 +134,8 @@ class Monitor : public torch::CustomClassHolder {
   double capture_rate_ = -1;
   int64_t captures_left_ = 0;
   int64_t records_ = 0;
+  double host_ms_[5] = {0, 0, 0, 0, 0};  // land, prepare, counters, stats, rest (summed over records)
+  int64_t timed_records_ = 0;
   int64_t last_step_ = 0;  // of the last record kept
   bool warned_step_order_ = false;
   std::string trace_error_;
