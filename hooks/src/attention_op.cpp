@@ -1,6 +1,7 @@
 #include "lpdiag/hooks/attention_op.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/attention/engine.hpp"
@@ -34,14 +35,30 @@ void check_tensor(const torch::Tensor& t, const char* name, const torch::Tensor&
   TORCH_CHECK(t.numel() > 0, "lpdiag::attention: ", name, " is empty");
 }
 
-// The op's string arguments, parsed in one place (libdiag's AttentionSpec) into the typed spec.
-AttentionSpec make_spec(bool causal, const std::string& policy, const std::string& fix, const std::string& level) {
+// The op's spec, its one serialized form (AttentionSpec's JSON) parsed in one place. A run calls
+// with a few specs over and over: the last ones parsed are kept per thread.
+AttentionSpec make_spec(c10::string_view json_sv) {
+  thread_local std::map<std::string, AttentionSpec, std::less<>> parsed;
+  const std::string json(json_sv);
+  if (auto it = parsed.find(json); it != parsed.end()) return it->second;
+  AttentionSpec spec;
   try {
-    return parse_attention_spec(policy, fix, level, causal);
+    spec = attention_spec_from_json(json);
   } catch (const Error& e) {
-    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
+    TORCH_CHECK(false, "lpdiag::attention: ", e.what(), " (the spec is AttentionSpec's JSON: torch.ops.lpdiag.attention_spec(policy, fix, "
+                "level, causal) writes it)");
   }
-  return {};  // not reached: TORCH_CHECK(false, ...) throws
+  if (parsed.size() > 64) parsed.clear();
+  parsed.emplace(json, spec);
+  return spec;
+}
+
+// The kernels and the engine apply 1/sqrt(d); a spec asking for another scale is refused here,
+// never silently run at 1/sqrt(d).
+void check_scale(const AttentionSpec& spec, const torch::Tensor& q) {
+  const double want = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  TORCH_CHECK(spec.config.scale == 0.0 || std::fabs(spec.config.scale - want) <= 1e-6 * want, "lpdiag::attention: the kernels use scale "
+              "1/sqrt(d) = ", want, "; the spec asks for ", spec.config.scale, " (scale 0 in the spec means 1/sqrt(d))");
 }
 
 std::vector<float> to_floats(const torch::Tensor& t) {
@@ -86,16 +103,15 @@ torch::Tensor no_tensor(const torch::Tensor& like) { return torch::empty({0}, li
 // The forward kernel (CPU and CUDA keys): O, L (CUDA; size 0 on the CPU, whose backward
 // recomputes) and, at "full" on CUDA, O_lp - O_hp (else size 0). O on CUDA is in q's layout.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torch::Tensor& q, const torch::Tensor& k,
-                                                                      const torch::Tensor& v, bool causal, c10::string_view policy_sv,
-                                                                      c10::string_view fix_sv, c10::string_view instrument_sv,
+                                                                      const torch::Tensor& v, c10::string_view spec_json,
                                                                       int64_t layer_index) {
-  const std::string policy(policy_sv), fix(fix_sv), instrument(instrument_sv);
   check_tensor(q, "q", q);
   check_tensor(k, "k", q);
   check_tensor(v, "v", q);
-  const AttentionSpec spec = make_spec(causal, policy, fix, instrument);
+  const AttentionSpec spec = make_spec(spec_json);
+  check_scale(spec, q);
   const AttentionConfig& cfg = spec.config;
-  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, spec.policy(), spec.fix_json(), spec.to_json());  // what ran, for the trace
+  if (layer_index >= 0) CounterSink::instance().report_spec(layer_index, spec.to_json());  // what ran, for the trace
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
     FlashForwardTensors f = cuda_attention_forward(q, k, v, spec, spec.level == Level::off ? -1 : layer_index);
@@ -124,11 +140,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_fwd(const torc
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torch::Tensor& dout, const torch::Tensor& q,
                                                                       const torch::Tensor& k, const torch::Tensor& v,
                                                                       const torch::Tensor& o, const torch::Tensor& lse,
-                                                                      const torch::Tensor& residual, bool causal,
-                                                                      c10::string_view policy_sv, c10::string_view fix_sv,
-                                                                      c10::string_view instrument_sv, int64_t layer) {
-  const std::string policy(policy_sv), fix(fix_sv), instrument(instrument_sv);
-  const AttentionSpec spec = make_spec(causal, policy, fix, instrument);
+                                                                      const torch::Tensor& residual, c10::string_view spec_json,
+                                                                      int64_t layer) {
+  const AttentionSpec spec = make_spec(spec_json);
   const AttentionConfig& cfg = spec.config;
   torch::Tensor g = dout.to(q.scalar_type());  // dO arrives in the output's dtype
 #ifdef LPDIAG_HOOKS_CUDA
@@ -170,11 +184,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_bwd(const torc
 namespace {
 
 using FwdSig = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(const torch::Tensor&, const torch::Tensor&,
-                                                                      const torch::Tensor&, bool, c10::string_view, c10::string_view,
-                                                                      c10::string_view, int64_t);
+                                                                      const torch::Tensor&, c10::string_view, int64_t);
 using BwdSig = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
     const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-    const torch::Tensor&, const torch::Tensor&, bool, c10::string_view, c10::string_view, c10::string_view, int64_t);
+    const torch::Tensor&, const torch::Tensor&, c10::string_view, int64_t);
 
 // lpdiag::attention's autograd: the forward and backward kernels through the dispatcher (below
 // autograd), so that fake-tensor tracing (torch.compile) reaches their fake implementations
@@ -182,16 +195,12 @@ using BwdSig = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, bool causal, const std::string& policy, const std::string& fix,
-                               const std::string& instrument, int64_t layer_index) {
+                               const torch::Tensor& v, const std::string& spec, int64_t layer_index) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_fwd", "").typed<FwdSig>();
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["policy"] = policy;
-    ctx->saved_data["fix"] = fix;
-    ctx->saved_data["level"] = instrument;
+    ctx->saved_data["spec"] = spec;
     ctx->saved_data["layer"] = layer_index;
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [o, lse, residual] = op.call(q, k, v, causal, policy, fix, instrument, layer_index);
+    auto [o, lse, residual] = op.call(q, k, v, spec, layer_index);
     ctx->save_for_backward({q, k, v, o, lse, residual});
     return o;
   }
@@ -199,25 +208,34 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_bwd", "").typed<BwdSig>();
     const auto saved = ctx->get_saved_variables();
-    const std::string policy = ctx->saved_data["policy"].toStringRef(), fix = ctx->saved_data["fix"].toStringRef(),
-                      instrument = ctx->saved_data["level"].toStringRef();
-    auto [dq, dk, dv] = op.call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
-                                ctx->saved_data["causal"].toBool(), policy, fix, instrument, ctx->saved_data["layer"].toInt());
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const std::string spec = ctx->saved_data["spec"].toStringRef();
+    auto [dq, dk, dv] = op.call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], spec,
+                                ctx->saved_data["layer"].toInt());
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                        const std::string& policy, const std::string& fix, const std::string& instrument,
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const AttentionSpec& spec,
                         int64_t layer_index) {
-  return AttentionFunction::apply(q, k, v, causal, policy, fix, instrument, layer_index);
+  return AttentionFunction::apply(q, k, v, spec.to_json(), layer_index);
 }
 
-torch::Tensor attention_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                                 c10::string_view policy, c10::string_view fix, c10::string_view instrument, int64_t layer_index) {
-  return AttentionFunction::apply(q, k, v, causal, std::string(policy), std::string(fix), std::string(instrument), layer_index);
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                        const std::string& policy, const std::string& fix, const std::string& level, int64_t layer_index) {
+  AttentionSpec spec;
+  try {
+    spec = parse_attention_spec(policy, fix, level, causal);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "lpdiag::attention: ", e.what());
+  }
+  return attention(q, k, v, spec, layer_index);
+}
+
+torch::Tensor attention_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, c10::string_view spec,
+                                 int64_t layer_index) {
+  return AttentionFunction::apply(q, k, v, std::string(spec), layer_index);
 }
 
 }  // namespace lpdiag::hooks

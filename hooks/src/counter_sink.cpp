@@ -1,6 +1,7 @@
 #include "lpdiag/hooks/counter_sink.hpp"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "pending_counters.hpp"
@@ -53,12 +54,15 @@ std::vector<std::int64_t> CounterSink::drain_orphans() {
   return out;
 }
 
-void CounterSink::report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json, const std::string& json) {
+void CounterSink::report_spec(std::int64_t layer, const std::string& json) {
   std::lock_guard<std::mutex> lock(mu_);
   Spec& s = specs_[layer];
-  if (s.policy != policy) s.policy = policy;
-  if (s.fix_json != fix_json) s.fix_json = fix_json;
-  if (s.json != json) s.json = json;
+  if (s.json == json) return;
+  s.json = json;
+  const auto j = nlohmann::json::parse(json, nullptr, false);
+  s.policy = j.is_object() && j.contains("policy") && j["policy"].is_string() ? j["policy"].get<std::string>() : std::string("unknown");
+  s.fix_json = j.is_object() && j.contains("fix") ? (j["fix"].is_string() ? j["fix"].get<std::string>() : j["fix"].dump())
+                                                   : std::string(R"({"kind":"none"})");
 }
 
 bool CounterSink::reported_spec(std::int64_t layer, Spec& out) {

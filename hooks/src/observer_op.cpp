@@ -91,7 +91,8 @@ std::vector<float> floats(const torch::Tensor& t) {
 }
 
 std::string spec_json(const std::string& name, bool causal, double scale, int64_t max_rows) {
-  nlohmann::json j{{"policy", "external:" + name}, {"observed", true}, {"causal", causal}, {"scale", scale}, {"observed_rows", max_rows}};
+  nlohmann::json j{{"policy", "external:" + name}, {"fix", {{"kind", "none"}}}, {"observed", true}, {"causal", causal},
+                   {"scale", scale}, {"observed_rows", max_rows}};
   return j.dump();
 }
 
@@ -152,7 +153,7 @@ torch::Tensor observe_forward(const torch::Tensor& q, const torch::Tensor& k, co
   }
   const int64_t Bo = c.observed_batches();
   if (layer >= 0)
-    CounterSink::instance().report_spec(layer, "external:" + name, R"({"kind":"none"})", spec_json(name, causal, scale, max_rows));
+    CounterSink::instance().report_spec(layer, spec_json(name, causal, scale, max_rows));
 #ifdef LPDIAG_HOOKS_CUDA
   if (q.is_cuda()) {
     torch::Tensor scratch;

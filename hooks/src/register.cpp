@@ -2,12 +2,24 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include "lpdiag/attention/attention_spec.hpp"
+#include "lpdiag/error.hpp"
 #include "lpdiag/hooks/attention_op.hpp"
 #include "lpdiag/hooks/monitor.hpp"
 #include "lpdiag/hooks/observer.hpp"
 #include "probe_ops.hpp"
 
 namespace {
+// The spec's one serialized form from its text forms (policy, fix, level), or an error naming the bad part.
+std::string attention_spec_op(c10::string_view policy, c10::string_view fix, c10::string_view level, bool causal, double scale) {
+  try {
+    return lpdiag::parse_attention_spec(std::string(policy), std::string(fix), std::string(level), causal, scale).to_json();
+  } catch (const lpdiag::Error& e) {
+    TORCH_CHECK(false, "lpdiag::attention_spec: ", e.what());
+  }
+  return {};
+}
+
 // The observer's entries as ops: string arguments arrive as views.
 torch::Tensor observe_forward_op(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o,
                                  bool causal, double scale, int64_t layer, c10::string_view name, int64_t max_rows, int64_t head_mask) {
@@ -28,12 +40,14 @@ torch::Tensor scalar_argument(const c10::IValue& v, const char* name) {
 }  // namespace
 
 TORCH_LIBRARY(lpdiag, m) {
-  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, str policy='fa2', str fix='none', "
-        "str level='counters', int layer_index=-1) -> Tensor");
-  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal, str policy, str fix, str level, int layer_index) "
-        "-> (Tensor, Tensor, Tensor)");
-  m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor residual, bool causal, "
-        "str policy, str fix, str level, int layer_index) -> (Tensor, Tensor, Tensor)");
+  // The attention spec crosses this edge in one serialized form, AttentionSpec's JSON
+  // ({"policy", "fix", "level", "causal", "scale"}; attention_spec gives it from the text forms).
+  m.def("attention(Tensor q, Tensor k, Tensor v, str spec, int layer_index=-1) -> Tensor");
+  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, str spec, int layer_index) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor residual, str spec, "
+        "int layer_index) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_spec(str policy='fa2', str fix='none', str level='counters', bool causal=False, float scale=0.0) -> str",
+        &attention_spec_op);
   // The observer: reads a call's q, k, v, O (and dO) and writes nothing of the caller's.
   m.def("observe_forward(Tensor q, Tensor k, Tensor v, Tensor o, bool causal, float scale, int layer_index, str name, "
         "int max_rows, int head_mask) -> Tensor",
@@ -83,10 +97,9 @@ TORCH_LIBRARY(lpdiag, m) {
 // engine) and on CUDA (the kernels). Without autograd (inference below the autograd key, as a
 // compiled graph calls it) attention is its forward kernel's O.
 namespace {
-torch::Tensor attention_below_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                                       c10::string_view policy, c10::string_view fix, c10::string_view instrument,
+torch::Tensor attention_below_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, c10::string_view spec,
                                        int64_t layer_index) {
-  return std::get<0>(lpdiag::hooks::attention_fwd(q, k, v, causal, policy, fix, instrument, layer_index));
+  return std::get<0>(lpdiag::hooks::attention_fwd(q, k, v, spec, layer_index));
 }
 }  // namespace
 

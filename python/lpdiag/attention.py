@@ -49,6 +49,18 @@ def is_compiling():
     return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
 
 
+def _quoted(x):
+    return '"' + str(x).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def spec_json(policy="fa2", fix="none", level="counters", causal=False):
+    """The op's spec in its one serialized form, {"policy", "fix", "level", "causal"} as JSON (the
+    op parses and checks it; torch.ops.lpdiag.attention_spec gives the canonical form, fix with
+    its parameters). Plain string building, so torch.compile folds it into a constant."""
+    return ('{"policy":' + _quoted(policy) + ',"fix":' + _quoted(fix) + ',"level":' + _quoted(level) + ',"causal":' +
+            ("true" if causal else "false") + "}")
+
+
 def check_arguments(q, k, v, scale):
     """What the op cannot see: the arguments' Python types and an explicit scale. Shapes, dtypes,
     devices, the policy, the fix and the level are the op's to check (one place: hooks/src/attention_op.cpp)."""
@@ -106,7 +118,7 @@ def attention(q, k, v, *, causal=False, scale=None, policy="fa2", fix="none", le
             _warned_no_layer = True
         layer = -1
     try:
-        return torch.ops.lpdiag.attention(q, k, v, bool(causal), str(policy), str(fix), str(level), int(layer))
+        return torch.ops.lpdiag.attention(q, k, v, spec_json(policy, fix, level, bool(causal)), int(layer))
     except RuntimeError as e:  # the op's argument checks: one line, as a ValueError
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "lpdiag.attention failed"
         if "lpdiag::attention" in msg:

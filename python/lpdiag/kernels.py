@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ._library import load
+from .attention import spec_json
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
                  "sdpa-math": "MATH"}
@@ -55,7 +56,7 @@ def _lpdiag(fix):
     load()
 
     def run(q, k, v, causal):
-        return torch.ops.lpdiag.attention(q, k, v, causal, "fa2", fix, "counters", -1)
+        return torch.ops.lpdiag.attention(q, k, v, spec_json("fa2", fix, "counters", causal), -1)
 
     return run, None
 

@@ -19,7 +19,7 @@ def worker(rank, lib, out):
     for step in range(4):
         q, k, v = (torch.matmul(torch.randn(2, 10, 16), w.t()).split(16, 2))
         q, k, v = (t.view(2, 10, 2, 8).transpose(1, 2).to(torch.bfloat16) for t in (q, k, v))
-        loss = torch.ops.lpdiag.attention(q, k, v, True, "fa2", "none", "counters", 0).float().pow(2).mean()
+        loss = torch.ops.lpdiag.attention(q, k, v, torch.ops.lpdiag.attention_spec("fa2", "none", "counters", True), 0).float().pow(2).mean()
         loss.backward()
         dist.all_reduce(w.grad)
         mon.record(step, loss.item(), 1e-3, 1.0)

@@ -7,8 +7,13 @@ import sys
 import torch
 
 torch.ops.load_library(sys.argv[1])
-att = torch.ops.lpdiag.attention
 failures = 0
+
+
+def att(q, k, v, causal, policy, fix, level, layer):
+    """The op with its spec written from the text forms, as lpdiag.attention does."""
+    spec = '{"policy":"%s","fix":"%s","level":"%s","causal":%s}' % (policy, fix, level, "true" if causal else "false")
+    return torch.ops.lpdiag.attention(q, k, v, spec, layer)
 
 
 def expect_error(what, fn, needle):
@@ -31,6 +36,15 @@ expect_error("float64 v", lambda: att(q, q, q.double(), True, "fa2", "none", "co
 expect_error("3-D k", lambda: att(q, q[0], q, True, "fa2", "none", "counters", 0), "k must have shape")
 expect_error("unknown policy", lambda: att(q, q, q, True, "fa3", "none", "counters", 0), "fa3")
 expect_error("bad level", lambda: att(q, q, q, True, "fa2", "none", "loud", 0), "level must be off, counters or full")
+expect_error("a spec that is not JSON", lambda: torch.ops.lpdiag.attention(q, q, q, "fa2", 0), "attention spec is not a JSON object")
+expect_error("a scale the kernels do not apply", lambda: torch.ops.lpdiag.attention(
+    q, q, q, torch.ops.lpdiag.attention_spec("fa2", "none", "counters", True, 0.5), 0), "the kernels use scale")
+expect_error("attention_spec names a bad fix", lambda: torch.ops.lpdiag.attention_spec("fa2", "bogus"), "bogus")
+canonical = torch.ops.lpdiag.attention_spec("seed:tile=128", "paper", "full", True)
+print("ok   attention_spec:", canonical)
+if '"beta"' not in canonical or '"level":"full"' not in canonical:
+    print("FAIL attention_spec: the canonical form lacks the fix's parameters or the level")
+    failures += 1
 if torch.cuda.is_available():
     c = torch.randn(1, 2, 16, 32, device="cuda", dtype=torch.bfloat16)
     try:

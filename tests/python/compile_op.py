@@ -33,7 +33,8 @@ for dev in devices:
     x = torch.randn(2, 64, 3 * 2 * 64, device=dev, dtype=dtype)
     q, k, v = (t.view(2, 64, 2, 64).transpose(1, 2) for t in x.split(128, dim=2))
     for level in ("counters", "full"):
-        args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(), True, "fa2", "none", level, -1)
+        args = (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_(),
+                torch.ops.lpdiag.attention_spec("fa2", "none", level, True), -1)
         try:
             torch.library.opcheck(torch.ops.lpdiag.attention.default, args)
             check(f"opcheck lpdiag::attention {dev} {level}", True)

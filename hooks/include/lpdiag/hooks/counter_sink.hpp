@@ -31,14 +31,14 @@ class CounterSink {
   std::map<std::int64_t, std::vector<HeadCounters>> drain_host(std::int64_t lo, std::int64_t hi);
   // Removes and returns the ids no live session holds (their counters have no Monitor to go to).
   std::vector<std::int64_t> drain_orphans();
-  // What the op ran for `layer`: its policy as the call gave it and the fix as JSON (the latest
-  // call's); the Monitor records these, not what it was told.
-  // What the op ran for a layer: its policy, its fix as JSON, and the whole spec in its one
-  // serialized form (AttentionSpec::to_json: policy, fix with its parameters, level, causal, scale).
+  // What ran for a layer, as the op (or the observer) reported it in the spec's one serialized
+  // form (AttentionSpec::to_json: policy, fix with its parameters, level, causal, scale; an
+  // observed kernel's: policy "external:<name>" and "observed"); policy and fix_json are read
+  // from it once, for the trace's per-layer attributes.
   struct Spec {
     std::string policy, fix_json, json;
   };
-  void report_spec(std::int64_t layer, const std::string& policy, const std::string& fix_json, const std::string& json);
+  void report_spec(std::int64_t layer, const std::string& json);
   bool reported_spec(std::int64_t layer, Spec& out);
   // Calls of `layer` the observer skipped: the first of each reason, kept for the layer's Monitor
   // (an observe_skipped event); drain_skips takes those of ids in [lo, hi).
