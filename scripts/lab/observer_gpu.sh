@@ -24,7 +24,12 @@ for s in "$@"; do
       stage "observe_cuda.py"
       OUT=$OUT PYTHONPATH=python:tests/python LPDIAG_TORCH_LIBRARY=$B/hooks/liblpdiag_torch.so timeout 400 \
         python3 tests/python/observe_cuda.py $B/tools/lpdiag docs/results/data/kernel_survey_h200.json >"$OUT/observe_cuda.log" 2>&1
-      echo "rc=$?"; grep -vE "^ok" "$OUT/observe_cuda.log" | tail -30 ;;
+      echo "rc=$?"; grep -vE "^ok" "$OUT/observe_cuda.log" | tail -30
+      stage "the op under torch.compile and opcheck; op errors"
+      for t in "tests/python/compile_op.py" "tests/python/compile_monitor.py $B/tools/lpdiag" "tests/hooks/op_errors.py $B/hooks/liblpdiag_torch.so"; do
+        PYTHONPATH=python:tests/python LPDIAG_TORCH_LIBRARY=$B/hooks/liblpdiag_torch.so timeout 300 python3 $t >"$OUT/$(basename ${t%% *} .py).log" 2>&1
+        echo "$t rc=$?"; grep -E "FAIL" "$OUT/$(basename ${t%% *} .py).log" | head -5
+      done ;;
     ab)
       # Interleaved, two repetitions, steady state from step 10: PyTorch's SDPA without lpdiag;
       # with the Monitor and the observer at the default cadence (50: steps 50 and 100 observed),
