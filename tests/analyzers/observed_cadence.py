@@ -66,5 +66,11 @@ text = subprocess.run([cli, "analyze", thin], capture_output=True, text=True).st
 check("the text names it under the verdict", "observed kernel: external:cudnn" in text.splitlines()[2], text[:400])
 check("C1 and C2 are not called unrecorded", "not recorded" not in subprocess.run([cli, "analyze", thin, "--verbose"], capture_output=True,
                                                                                    text=True).stdout)
+# watch ends with the verdict analyze gives (the same analysis: the recorded numerics read, the
+# observed kernel named), line for line.
+w = subprocess.run([cli, "watch", thin, "--interval", "0.1"], capture_output=True, text=True, timeout=120).stdout.splitlines()
+tail = [x.strip() for x in w[w.index("verdict:") + 1:]] if "verdict:" in w else []
+check("watch's closing verdict is analyze's, line for line", tail == text.splitlines()[1:1 + len(tail)] and len(tail) >= 3,
+      "\n".join(w[-8:]))
 print("FAIL" if failures else "ok")
 sys.exit(1 if failures else 0)

@@ -16,6 +16,7 @@
 #include "lpdiag/trace/preflight.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
 #include "run_analysis.hpp"
+#include "verdict_summary.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -59,6 +60,12 @@ int run_watch(const WatchArgs& a) {
   std::int64_t last_records = -1;
   auto last_growth = Clock::now();
   std::cout << "watching " << a.path << " (Ctrl-C to stop)" << std::endl;
+  std::vector<std::string> summary;  // the latest analysis's verdict, as `lpdiag analyze` prints it
+  auto verdict = [&summary] {
+    if (summary.empty()) return;
+    std::cout << "verdict:" << std::endl;
+    for (const auto& line : summary) std::cout << "  " << line << std::endl;
+  };
   for (;;) {
     bool closed = false;
     try {
@@ -73,6 +80,7 @@ int run_watch(const WatchArgs& a) {
           const AnalyzedRun run = analyze_run({a.path}, 512, 4.0, 1);
           const auto& bt = run.t;
           const auto& c = run.c;
+          summary = verdict_summary(c, run.numerics, std::nullopt);
           for (int k = 0; k < 5; ++k) {
             const auto& l = c.links[static_cast<std::size_t>(k)];
             if (l.present && !seen[static_cast<std::size_t>(k)]) {
@@ -99,14 +107,17 @@ int run_watch(const WatchArgs& a) {
     }
     if (closed) {
       std::cout << fmt::format("writer closed {} after {} records", a.path, last_records) << std::endl;
+      verdict();
       return failure_seen ? kFinding : kOk;
     }
     if (g_stop) {
       std::cout << "stopped" << std::endl;
+      verdict();
       return failure_seen ? kFinding : kOk;
     }
     if (a.idle_exit > 0 && std::chrono::duration<double>(Clock::now() - last_growth).count() > a.idle_exit) {
       std::cout << fmt::format("no new records for {:.0f} s; the writer may have died", a.idle_exit) << std::endl;
+      verdict();
       return failure_seen ? kFinding : kOk;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(a.interval * 1000)));
