@@ -66,7 +66,7 @@ def lpdiag_observe_forward(module, query, key, value, attention_mask, scaling=No
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if current_observe.get() is None or ObserveSdpaMode is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    with ObserveSdpaMode():
+    with ObserveSdpaMode():  # on an observed step only
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from ._library import load
 from .attention import current_layer, current_level, current_observe, is_compiling, traced
-from .observe import head_mask
+from .observe import head_mask, sdpa_mode_for_step
 
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
@@ -179,8 +179,12 @@ class Monitor:
             if is_compiling():  # TorchDynamo traces this store; it cannot trace ContextVar.set
                 traced.layer, traced.level = self._base + i, self._step_level
                 return
+            observing = self._step_observe and watched
+            mode = sdpa_mode_for_step() if observing else None  # observe_sdpa: only now, only here
+            if mode is not None:
+                mode.__enter__()
             self._tokens.append((current_layer.set(self._base + i), current_level.set(self._step_level),
-                                 current_observe.set(observe if self._step_observe and watched else None)))
+                                 current_observe.set(observe if observing else None), mode))
         return hook
 
     def _leave_hook(self):
@@ -189,7 +193,9 @@ class Monitor:
                 traced.layer = traced.level = None
                 return
             if self._tokens:
-                layer_token, level_token, observe_token = self._tokens.pop()
+                layer_token, level_token, observe_token, mode = self._tokens.pop()
+                if mode is not None:
+                    mode.__exit__(None, None, None)
                 current_observe.reset(observe_token)
                 current_level.reset(level_token)
                 current_layer.reset(layer_token)

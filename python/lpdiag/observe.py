@@ -123,14 +123,26 @@ def sdpa_backend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     return "sdpa"
 
 
+class SdpaObservation:
+    """What observe_sdpa yields: calls observed, and the backends they ran on (name -> count)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.backends = collections.Counter()
+
+
+_open_blocks = []  # the observe_sdpa blocks open now (innermost last)
+
+
 if hasattr(torch.overrides, "TorchFunctionMode"):
     class ObserveSdpaMode(torch.overrides.TorchFunctionMode):
-        """The mode observe_sdpa enters: calls seen, and the backends they ran on (name -> count)."""
+        """Observes the scaled_dot_product_attention calls made while it is entered. The Monitor
+        enters it around an attention module's forward on observed steps only: on other steps
+        no mode is active and PyTorch's dispatch is untouched."""
 
-        def __init__(self):
+        def __init__(self, seen=None):
             super().__init__()
-            self.calls = 0
-            self.backends = collections.Counter()
+            self.seen = seen if seen is not None else SdpaObservation()
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -141,8 +153,8 @@ if hasattr(torch.overrides, "TorchFunctionMode"):
                 q, k, v = b.get("query"), b.get("key"), b.get("value")
                 backend = sdpa_backend(q, k, v, b.get("attn_mask"), b.get("dropout_p", 0.0), bool(b.get("is_causal", False)),
                                        b.get("scale"), bool(b.get("enable_gqa", False)))
-                self.calls += 1
-                self.backends[backend] += 1
+                self.seen.calls += 1
+                self.seen.backends[backend] += 1
                 observe_call(backend, q, k, v, out, causal=bool(b.get("is_causal", False)), scale=b.get("scale"),
                              attn_mask=b.get("attn_mask"), dropout_p=b.get("dropout_p", 0.0))
             return out
@@ -150,17 +162,28 @@ else:  # torch < 1.13
     ObserveSdpaMode = None
 
 
+def sdpa_mode_for_step():
+    """The mode the Monitor enters around an attention module on an observed step, when an
+    observe_sdpa block is open; else None."""
+    return ObserveSdpaMode(_open_blocks[-1]) if _open_blocks and ObserveSdpaMode is not None else None
+
+
 @contextlib.contextmanager
 def observe_sdpa():
-    """Observes every torch.nn.functional.scaled_dot_product_attention call inside the block with
-    whatever backend PyTorch picks; the layer's numerics are recorded as "external:<backend>".
-    Nothing is rerouted: PyTorch runs the call as it would. Needs torch >= 2.0."""
+    """Observes every torch.nn.functional.scaled_dot_product_attention call that the running
+    Monitor's attention modules make on its observed steps, with whatever backend PyTorch picks;
+    the layer's numerics are recorded as "external:<backend>". Nothing is rerouted, and on steps
+    that are not observed nothing intercepts PyTorch at all. Needs torch >= 2.0. Yields the
+    calls seen and their backends (SdpaObservation)."""
     if not hasattr(F, "scaled_dot_product_attention") or ObserveSdpaMode is None:
         raise RuntimeError(f"lpdiag.observe_sdpa needs torch >= 2.0 (this is torch {torch.__version__}, which has no "
                            "scaled_dot_product_attention); wrap the model's attention function with lpdiag.observed instead")
-    mode = ObserveSdpaMode()
-    with mode:
-        yield mode
+    seen = SdpaObservation()
+    _open_blocks.append(seen)
+    try:
+        yield seen
+    finally:
+        _open_blocks.remove(seen)
 
 
 def head_mask(heads, n_head):

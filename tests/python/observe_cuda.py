@@ -109,11 +109,12 @@ base = train(model())
 path = os.path.join(tmp, "sdpa.h5")
 m = model()
 with lpdiag.Monitor(path, m, observe_every=2) as mon, \
-        lpdiag.observe_sdpa() as mode:
+        lpdiag.observe_sdpa() as calls:
     seen = train(m, mon)
 check("observe_sdpa on CUDA changes no loss (6 steps, bit for bit)", seen == base, f"{seen} vs {base}")
-backend = mode.backends.most_common(1)[0][0] if mode.backends else None
-print(f"PyTorch's backend for these calls: {backend} ({dict(mode.backends)})")
+backend = calls.backends.most_common(1)[0][0] if calls.backends else None
+print(f"PyTorch's backend for these calls: {backend} ({dict(calls.backends)}, {calls.calls} calls observed)")
+check("observe_sdpa observed only the observed steps' calls (steps 0, 2, 4: 2 layers each)", calls.calls == 6, str(calls.calls))
 j = json.loads(subprocess.run([cli, "analyze", path, "--json"], capture_output=True, text=True).stdout)
 check("the trace names the backend PyTorch picked", j["attention_numerics"]["observed_kernels"] == f"external:{backend}",
       str(j["attention_numerics"]))
