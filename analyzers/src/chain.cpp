@@ -416,10 +416,20 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     for (std::size_t b = 0; b < dz.size(); ++b) xz[b] = sign * dz[b];
     const LagCorrelation covariation = c.correlation;
     c.correlation = lagged_correlation(xz, y, std::max(1, t.bins / 20));
+    // Here the co-variation test had no power: what it and the whole-run correlation do not show
+    // is no evidence against the chain (too few growth-rate values, or a correlation short of
+    // p 0.01). Only a powered test that finds nothing rejects (above). So a candidate, undecided.
     if (!c.correlation.computed || !(c.correlation.r > 0 && c.correlation.p < 1e-2))
-      return no_chain(fmt::format("the bias {} (lagged rank correlation {:.2f}, p {:.2g}; a claim needs p < 0.01)",
-                                  weak_or_none(c.correlation, "tracks the growth rate only weakly", "does not track the growth rate"),
-                                  c.correlation.r, c.correlation.p));
+      return candidate(
+          fmt::format("but whether the bias drives the growth could not be tested: the co-variation test had too little data for "
+                      "its power ({} bins while W_Q grows with a growth rate and a bias; a driven growth would show z {:.1f}), and "
+                      "over the run {} ({}), which is no evidence either way",
+                      covariation.n, expected_z,
+                      c.correlation.computed ? fmt::format("the bias and the growth rate correlate at r {:.2f}, p {:.2g}", c.correlation.r,
+                                                           c.correlation.p)
+                                             : std::string("too few bins hold both a bias and a growth rate to correlate them"),
+                      c.correlation.computed ? "a claim needs p < 0.01" : "fewer than 8"),
+          decide);
     // In order, in one head, and correlated over the run: what a driven chain shows, and what
     // growth of another cause that starts after the bias shows too. Not a chain.
     return candidate(fmt::format("and the bias correlates with the growth rate over the run (r {:.2f}, p {:.2g}), but order and that "

@@ -22,6 +22,9 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
 - optionally (delta_every > 1, validate.py's LPDIAG_GEN2_DELTA_EVERY) O and delta errors on every
   delta_every-th record only, unmeasured (-1 / NaN) between, as a run at `--full-every` records
   them; the rest of the trace and the random draws are the same as with delta_every = 1;
+- optionally (weights_every > 1, validate.py's LPDIAG_GEN2_WEIGHTS_EVERY) the weight and update
+  statistics on every weights_every-th record only, as the examples record them (--weights-every);
+  the random draws are the same;
 - optionally (real_like, validate.py's LPDIAG_GEN2_REAL_LIKE=1) two features of the H200 GPT-2
   runs (docs/results/reproduction.md): the heads part early (each head's sigma_1 rises by its
   own factor, up to 4.5x, over the first 3-15% of the run, then levels off) and repeated maxima
@@ -60,7 +63,7 @@ def ramp(rng, n, start, width, shape):
     return u  # linear
 
 
-def write_trace(path, seed, kind, delta_every=1, real_like=False):
+def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=1):
     rng = np.random.default_rng(seed)
     rng_real = np.random.default_rng([seed, 22])  # real_like's draws, apart from the rest
     L = int(rng.integers(2, 7))
@@ -275,9 +278,11 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
                     wg.attrs["cols"] = np.int64(H * 64)
                     wg.attrs["n_heads"] = np.int64(H)
                     wg.attrs["source"] = f"blocks.{l}.self_attn.{mname}.weight"
+                    no_w = np.arange(T) % weights_every != 0  # records without weight statistics
                     if top == "weights":
                         hs = sig[:, l, :].copy() if role == "attn_q" else np.exp(log_sig0[l])[None, :] * np.ones((T, H))
                         hs[gap_row] = np.nan
+                        hs[no_w] = np.nan
                         ds(f"{wg.name}/head_spectral_norm", hs, "f8")
                         ds(f"{wg.name}/spectral_norm", hs.max(axis=1) * 1.05, "f8")
                         ds(f"{wg.name}/frobenius_norm", np.sqrt((hs ** 2).sum(axis=1)), "f8")
@@ -288,7 +293,11 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False):
                         conc = np.clip(conc0[l] + (conc1 - conc0[l]) * up + t_noise(rng, T, 0.02), 0, 1)
                         sim[gap_row] = np.nan
                         conc[gap_row] = np.nan
-                        ds(f"{wg.name}/sigma1", np.abs(1e-3 * (1 + t_noise(rng, T, 0.1))), "f8")
+                        sim[no_w] = np.nan
+                        conc[no_w] = np.nan
+                        s1 = np.abs(1e-3 * (1 + t_noise(rng, T, 0.1)))
+                        s1[no_w] = np.nan
+                        ds(f"{wg.name}/sigma1", s1, "f8")
                         ds(f"{wg.name}/concentration", conc, "f8")
                         ds(f"{wg.name}/similarity_prev", sim, "f8")
             ag = h.create_group(f"activations/blocks.{l}")

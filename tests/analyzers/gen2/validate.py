@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Validates `lpdiag analyze` on traces of the independent generator (make_traces.py).
    validate.py LPDIAG_BINARY [COUNT]   seed: fixed (printed); LPDIAG_TEST_SEED=fresh|N; O and delta errors on
-                                       every $LPDIAG_GEN2_DELTA_EVERY-th record only (default 1: every record)
+                                       every $LPDIAG_GEN2_DELTA_EVERY-th record only (default 1: every record);
+                                       the weight statistics every $LPDIAG_GEN2_WEIGHTS_EVERY-th (default 1)
 Exit 1 when a floor is missed. The floors are what the analyzers reach today (docs/reference/analyzers.md),
 below the issue's targets where those are not met yet (recall and the worst onset error): chain
 precision >= 0.95, recall >= 0.70 (0.60 on real-like traces), localization >= 0.95, run verdicts >= 0.95 right, onset
@@ -44,17 +45,19 @@ def main():
     seed = test_seed.seed("gen2 validation", 4242)
     delta_every = int(os.environ.get("LPDIAG_GEN2_DELTA_EVERY", "1"))
     real_like = os.environ.get("LPDIAG_GEN2_REAL_LIKE", "0") == "1"
+    weights_every = int(os.environ.get("LPDIAG_GEN2_WEIGHTS_EVERY", "1"))
     print(f"gen2 validation: seed {seed}, {count} traces"
           + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else "")
           + (", heads parting early and a 0.5-6% trigger baseline (real-like)" if real_like else ""), flush=True)
     tp = fp = fn = tn = loc_ok = 0
     verdict_ok = nulls = nulls_ok = timing_only = timing_planted = wording_errors = 0
+    named = rejected = planted_total = undriven = undriven_claimed = 0
     errors = []
     with tempfile.TemporaryDirectory() as d:
         for i in range(count):
             kind = make_traces.KINDS[i % len(make_traces.KINDS)]
             tseed = seed * 1000 + i
-            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind, delta_every, real_like)
+            truth = make_traces.write_trace(f"{d}/t{i}.h5", tseed, kind, delta_every, real_like, weights_every)
             out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/t{i}.h5"], capture_output=True, text=True)
             if out.returncode not in (0, 1):  # 1: a finding (a failed run, a chain), 2: unusable input
                 print(f"  trace seed {tseed} ({kind}): analyze exit {out.returncode}: {out.stderr.strip()[:300]}")
@@ -63,6 +66,7 @@ def main():
             j = json.loads(out.stdout)
             ch, run = j["chain"], j["run"]
             planted = kind == "chain"
+            planted_total += planted
             found = ch["found"]
             should_fail = kind in ("chain", "loss-spike", "growth-no-trigger", "undriven")
             if run["healthy"] != (not should_fail):
@@ -72,6 +76,11 @@ def main():
             if ch.get("undecided"):  # a candidate, not a claim: counted apart, never as found
                 timing_only += 1
                 timing_planted += planted
+            if planted:  # a chain or a candidate at the planted head: the chain is named, decided or not
+                named += (found or ch.get("undecided", False)) and ch["layer_index"] == truth["layer_index"] and \
+                    ch["head"] == truth["head"]
+                if not (found or ch.get("undecided", False)):
+                    rejected += 1
             if planted and found:
                 tp += 1
                 if ch["layer_index"] == truth["layer_index"] and ch["head"] == truth["head"]:
@@ -97,6 +106,8 @@ def main():
             if kind == "undriven":  # every link present: right when no chain is claimed
                 nulls += 1
                 nulls_ok += not found
+                undriven += 1
+                undriven_claimed += found
             elif not planted and kind != "clean":
                 nulls += 1
                 want = {"loss-spike": "C2", "growth-no-trigger": "C1", "bias-no-growth": "C4"}[kind]
@@ -112,7 +123,7 @@ def main():
         extra_ok = 0
         for i in range(extra):
             tseed = seed * 1000 + 900 + i
-            truth = make_traces.write_trace(f"{d}/x{i}.h5", tseed, "collapse-divergence", delta_every, real_like)
+            truth = make_traces.write_trace(f"{d}/x{i}.h5", tseed, "collapse-divergence", delta_every, real_like, weights_every)
             out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/x{i}.h5"], capture_output=True, text=True)
             j = json.loads(out.stdout) if out.returncode in (0, 1) else None
             run = (j or {}).get("run") or {}
@@ -162,6 +173,18 @@ def main():
         ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.90 and recall >= 0.15 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.15 and \
             nulls_ok >= 0.85 * nulls and undecided_share >= 0.5
     print(f"targets: precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
+    named_share = named / max(1, planted_total)
+    print(f"planted chains named at their head (a chain or an undecided candidate): {named}/{planted_total} ({named_share:.3f}); "
+          f"rejected as 'no causal chain': {rejected}; undriven nulls claimed as chains: {undriven_claimed}/{undriven}")
+    if weights_every > 1:
+        # Weights every few records, as the examples record them: the growth rate has few values, so
+        # whether the bias drives it is often untestable. Such a chain must be named (a chain or an
+        # undecided candidate at its head), never rejected without evidence against it; an undriven
+        # null must never be claimed as a chain.
+        # Recall of decided chains is bounded by what so few growth-rate values can test, so it is
+        # not gated here; the rest is as on dense traces.
+        ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and loc >= 0.95 and verdicts >= 0.95 and \
+            med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls and named_share >= 0.9 and undriven_claimed == 0
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
