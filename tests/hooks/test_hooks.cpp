@@ -19,6 +19,7 @@
 #include "lpdiag/trace/trace_writer.hpp"
 #include "lpdiag/hooks/flash_tensors.hpp"
 #include "lpdiag/hooks/monitor.hpp"
+#include "lpdiag/hooks/observer.hpp"
 #include "test_seed.hpp"
 
 using lpdiag::hooks::attention;
@@ -584,4 +585,49 @@ TEST_CASE("Monitors hold sessions: distinct layer ids while alive, the first fre
   }
   auto d = c10::make_intrusive<Monitor>(tmp("session-d.h5"), 1, 2, 8, "{}", 0, 1);
   CHECK(d->layer_base() == first);
+}
+
+TEST_CASE("observe_call: a kernel's output and gradients pass through; its counters reach the sink", "[hooks][observe]") {
+  // A user's attention in plain LibTorch (fp32 math, O rounded to bf16), observed from C++ as
+  // gpt2_train observes PyTorch's SDPA: the output is the same tensor, the gradients of q, k, v
+  // are those of the unobserved call bit for bit, and rows, O errors and (from dO) delta errors
+  // reach the counter sink under the given layer id.
+  torch::manual_seed(lpdiag_test::seed("test_hooks#observe", 20261206u));
+  auto kernel = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    const auto s = torch::matmul(q.to(torch::kFloat32), k.to(torch::kFloat32).transpose(-1, -2)) / std::sqrt(double(q.size(3)));
+    const auto mask = torch::ones({q.size(2), q.size(2)}, torch::kBool).triu(1);
+    return torch::matmul(torch::softmax(s.masked_fill(mask, -INFINITY), -1), v.to(torch::kFloat32)).to(torch::kBFloat16);
+  };
+  const auto base = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16);
+  const auto kv = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16);
+  const auto g = torch::randn({2, 3, 16, 8}).to(torch::kBFloat16);
+  auto run = [&](bool observe) {
+    auto q = base.clone().requires_grad_(true), k = kv.clone().requires_grad_(true), v = (kv * 0.5).requires_grad_(true);
+    torch::Tensor o = kernel(q, k, v);
+    if (observe) lpdiag::hooks::observe_call(q, k, v, o, true, 0.0, 7, "math", 0);
+    o.backward(g);
+    return std::vector<torch::Tensor>{o.detach(), q.grad(), k.grad(), v.grad()};
+  };
+  lpdiag::hooks::CounterSink::instance().drain();
+  const auto plain = run(false);
+  const auto seen = run(true);
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], seen[i]));
+  const auto got = lpdiag::hooks::CounterSink::instance().drain();
+  REQUIRE(got.count(7) == 1);
+  REQUIRE(got.at(7).size() == 3);
+  CHECK(got.at(7)[0].rows == 2 * 16);
+  CHECK(got.at(7)[0].o_err_count == 2 * 16 * 8);
+  CHECK(got.at(7)[0].delta_err_count == 2 * 16);
+  lpdiag::hooks::CounterSink::Spec spec;
+  REQUIRE(lpdiag::hooks::CounterSink::instance().reported_spec(7, spec));
+  CHECK(spec.policy == "external:math");
+  CHECK(spec.json.find("\"observed\":true") != std::string::npos);
+  // A call the observer cannot take is skipped and counted, the output untouched.
+  const auto before = lpdiag::hooks::observer_skips();
+  auto q = base.clone();
+  lpdiag::hooks::observe_call(q, kv.narrow(2, 0, 8), kv.narrow(2, 0, 8), kernel(q, q, q), true, 0.0, 7, "math", 0);
+  const auto after = lpdiag::hooks::observer_skips();
+  std::int64_t added = 0;
+  for (const auto& [why, n] : after) added += n - (before.count(why) ? before.at(why) : 0);
+  CHECK(added == 1);
 }
