@@ -127,9 +127,11 @@ if transformers is None:
     print("SKIP: transformers not installed (attn_implementation=\"lpdiag-observe\" not run)")
 else:
     lpdiag.register_transformers()
-    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, n_positions=64, vocab_size=50)
-    hf = transformers.GPT2LMHeadModel(cfg).to(dev, torch.bfloat16)
-    hf.config._attn_implementation = "lpdiag-observe"
+    # A tiny Llama (q_proj/k_proj/v_proj Linear, grouped-query: 2 query heads share 1 k/v head);
+    # transformers' GPT-2 keeps its c_attn in a Conv1D, which the Monitor's discovery does not take.
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=50, max_position_embeddings=64)
+    hf = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="lpdiag-observe").to(dev, torch.bfloat16)
     hp = os.path.join(tmp, "hf.h5")
     with lpdiag.Monitor(hp, hf, observe_every=1) as mon:
         for step in range(2):
