@@ -27,5 +27,6 @@ Registration register_synth(CLI::App& app);
 Registration register_report(CLI::App& app);
 Registration register_watch(CLI::App& app);
 Registration register_repair(CLI::App& app);
+Registration register_alarm(CLI::App& app);
 
 }  // namespace lpdiag::cli

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   commands.push_back(register_check(app));
   commands.push_back(register_report(app));
   commands.push_back(register_watch(app));
+  commands.push_back(register_alarm(app));
   commands.push_back(register_repair(app));
   commands.push_back(register_synth(app));
   commands.push_back(register_replay(app));

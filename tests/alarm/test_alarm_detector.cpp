@@ -1,0 +1,131 @@
+// The online alarm's detector on records built here: each kind raised by what it names and not by
+// what it excludes, once per layer, and never by looking ahead (a prefix raises the same alarms).
+#include "../catch_compat.hpp"
+#include <cmath>
+
+#include "lpdiag/alarm/alarm_detector.hpp"
+
+using namespace lpdiag::alarm;
+
+namespace {
+
+// 2 layers x 4 heads; every head's sigma grows like a settled run (0.5% per 500 steps), repeated
+// maxima at 2% of rows, logits at 20, the loss falling slowly. `grow` (layer 1 head 2) has its sigma
+// grow by `rate` per 500 steps from step 1000 on, and its repeated maxima rise to `trig` there.
+std::vector<AlarmRecord> run(double rate, double trig, int steps = 3000, int every = 10) {
+  std::vector<AlarmRecord> out;
+  for (int s = 0; s <= steps; s += every) {
+    AlarmRecord r;
+    r.step = s;
+    r.layers = {0, 1};
+    r.heads = 4;
+    r.samples.resize(8);
+    r.loss = 3.0 - 0.0002 * s;
+    for (std::size_t l = 0; l < 2; ++l)
+      for (std::int64_t h = 0; h < 4; ++h) {
+        auto& x = r.at(l, h);
+        const bool g = l == 1 && h == 2 && s > 1000;
+        x.sigma = std::exp(0.01 * s / 1000.0 + (g ? rate * (s - 1000) / 500.0 : 0.0));
+        x.rows = 1000;
+        x.repeated = g ? 1000 * trig : 20;
+        x.logit_max = 20;
+      }
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Alarm> feed(const std::vector<AlarmRecord>& rs, std::size_t n = SIZE_MAX) {
+  AlarmDetector d;
+  for (std::size_t i = 0; i < rs.size() && i < n; ++i) d.feed(rs[i]);
+  return d.alarms();
+}
+
+}  // namespace
+
+TEST_CASE("growth with rising repeated maxima in one head raises a growth alarm naming it", "[alarm]") {
+  const auto a = feed(run(0.5, 0.1));
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == "growth");
+  CHECK(a[0].layer_index == 1);
+  CHECK(a[0].head == 2);
+  // 0.35 of excess log-growth over a 500-step window is reached 350 steps into a 0.5-per-500 ramp.
+  CHECK(a[0].step > 1000);
+  CHECK(a[0].step <= 1400);
+}
+
+TEST_CASE("growth without the repeated maxima rising raises nothing", "[alarm]") {
+  CHECK(feed(run(0.5, 0.02)).empty());
+}
+
+TEST_CASE("repeated maxima rising without excess growth raise nothing", "[alarm]") {
+  CHECK(feed(run(0.1, 0.1)).empty());
+}
+
+TEST_CASE("no growth alarm while the heads have not settled", "[alarm]") {
+  auto rs = run(0.5, 0.1);
+  for (auto& r : rs)  // every head grows 30% per 500 steps: early training
+    for (auto& s : r.samples) s.sigma *= std::exp(0.3 * r.step / 500.0);
+  CHECK(feed(rs).empty());
+}
+
+TEST_CASE("the detector never looks ahead: a prefix raises the alarms the whole run raised by then", "[alarm]") {
+  auto rs = run(0.5, 0.1, 4000);
+  rs[300].samples[3].logit_max = 900;  // a collapse in layer 0 head 3 at step 3000
+  rs[350].loss = INFINITY;
+  const auto whole = feed(rs);
+  REQUIRE(whole.size() == 3);
+  for (std::size_t n : {50u, 120u, 131u, 200u, 301u, 340u, 351u}) {
+    const auto part = feed(rs, n);
+    std::size_t expect = 0;
+    for (const auto& a : whole) expect += a.step <= rs[n - 1].step;
+    REQUIRE(part.size() == expect);
+    for (std::size_t i = 0; i < part.size(); ++i) CHECK(part[i].step == whole[i].step);
+  }
+}
+
+TEST_CASE("a logit collapse is raised once per layer, at the head that collapsed", "[alarm]") {
+  auto rs = run(0, 0.02, 1000);
+  for (std::size_t i = 50; i < rs.size(); ++i) rs[i].at(0, 1).logit_max = 20 * 30 + 10.0 * double(i);
+  for (std::size_t i = 60; i < rs.size(); ++i) rs[i].at(0, 3).logit_max = 5000;
+  const auto a = feed(rs);
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == "logit_collapse");
+  CHECK(a[0].step == 500);
+  CHECK(a[0].layer_index == 0);
+  CHECK(a[0].head == 1);
+}
+
+TEST_CASE("a slow logit rise is no collapse", "[alarm]") {
+  auto rs = run(0, 0.02, 3000);
+  for (std::size_t i = 0; i < rs.size(); ++i) rs[i].at(1, 0).logit_max = 20 + 0.1 * double(i);  // to 50: never 30x in 100 steps
+  for (std::size_t i = 0; i < rs.size(); ++i) rs[i].at(1, 1).logit_max = 60 + 0.5 * double(i);  // past 100, slowly
+  CHECK(feed(rs).empty());
+}
+
+TEST_CASE("a loss doubling its best and a non-finite loss are run-level alarms", "[alarm]") {
+  auto rs = run(0, 0.02, 1000);
+  for (std::size_t i = 70; i < rs.size(); ++i) rs[i].loss = 6.0;
+  auto a = feed(rs);
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == "loss_explosion");
+  CHECK(a[0].layer_index == -1);
+  CHECK(a[0].step == 720);  // the third 6.0 (steps 700, 710, 720) moves the median of five
+  rs = run(0, 0.02, 1000);
+  rs[20].loss = NAN;  // NaN: not measured, no alarm
+  CHECK(feed(rs).empty());
+  rs[30].nonfinite_event = true;
+  a = feed(rs);
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == "non_finite");
+  CHECK(a[0].step == 300);
+}
+
+TEST_CASE("a record at a step already seen is ignored", "[alarm]") {
+  auto rs = run(0, 0.02, 100);
+  AlarmDetector d;
+  for (const auto& r : rs) d.feed(r);
+  auto again = rs.back();
+  again.loss = INFINITY;
+  CHECK(d.feed(again).empty());
+}

@@ -1,0 +1,51 @@
+"""`lpdiag alarm` on real traces: the first alarm and its layer, exit codes as --help says (1 an
+alarm, 0 none, 2 unusable input), one JSON object with --json, and what the trace cannot show.
+  alarm_cli.py LPDIAG FIXTURES_DIR"""
+import json
+import subprocess
+import sys
+
+cli, fx = sys.argv[1], sys.argv[2]
+
+
+def alarm(path, *extra):
+    p = subprocess.run([cli, "alarm", path, *extra], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+# The failing seed-1 run (loss explosion at 4850 in layer 2 head 7): a growth alarm in layer 2,
+# more than 300 steps before.
+rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--json")
+j = json.loads(out)
+check(rc == 1, f"an alarm exits 1 (got {rc})")
+check(j["alarm"] is not None and j["alarm"]["kind"] == "growth" and j["alarm"]["layer_index"] == 2, f"growth alarm in layer 2: {j['alarm']}")
+check(j["alarm"]["step"] <= 4850 - 300, f"at least 300 steps before the explosion: {j['alarm']['step']}")
+check(set(j["alarm"]) == {"step", "kind", "layer_index", "head", "evidence"}, "alarm fields")
+check(j["blind_spot"] is None, "counters and per-head norms seen")
+rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5")
+check(out.splitlines()[1].startswith("ALARM at step ") and "layer 2" in out.splitlines()[1], "text: the alarm first")
+
+# A healthy bf16 run: no alarm, exit 0.
+rc, out, _ = alarm(f"{fx}/real/healthy.h5", "--json")
+j = json.loads(out)
+check(rc == 0 and j["alarm"] is None and j["alarms"] == [], f"healthy: no alarm, exit 0 (rc {rc})")
+
+# fp32 attention: no counters, so the precursor cannot be seen, and the output says so.
+rc, out, _ = alarm(f"{fx}/seed/gpt2-fp32-1e-3-5k.h5", "--json")
+j = json.loads(out)
+check(rc == 0 and j["sees"]["attention_counters"] is False and "cannot be seen" in (j["blind_spot"] or ""), "fp32: the blind spot named")
+
+# Unusable input: exit 2 and one line naming the file.
+rc, out, err = alarm(f"{fx}/no-such.h5", "--json")
+check(rc == 2 and "no-such.h5" in err, f"missing file: exit 2 ({rc}, {err.strip()})")
+
+sys.exit(1 if failures else 0)

@@ -1,0 +1,90 @@
+// `lpdiag alarm TRACE [--json]`: replays a finished (or live) trace through the online alarm, record
+// by record, each decision using only the records up to its step: what `watch` or the Monitor
+// would have raised live. Prints the first alarm (step, layer, head, evidence), then the others.
+// Exit 1 when an alarm was raised, 0 when none, 2 unusable input.
+#include <fmt/core.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "lpdiag/alarm/trace_feeder.hpp"
+#include "lpdiag/command.hpp"
+#include "lpdiag/trace/preflight.hpp"
+
+namespace lpdiag::cli {
+namespace {
+
+struct AlarmArgs {
+  std::string path;
+  bool json = false;
+};
+
+nlohmann::json alarm_json(const alarm::Alarm& a) {
+  return {{"step", a.step},
+          {"kind", a.kind},
+          {"layer_index", a.layer_index >= 0 ? nlohmann::json(a.layer_index) : nlohmann::json(nullptr)},
+          {"head", a.head >= 0 ? nlohmann::json(a.head) : nlohmann::json(nullptr)},
+          {"evidence", a.evidence}};
+}
+
+// What the trace does not let the detector see, in the user's terms; "" when it sees everything.
+std::string blind_spot(const alarm::TraceFeeder& f) {
+  if (f.has_counters() && f.has_head_sigma()) return "";
+  std::string what = !f.has_counters() ? "no attention counters (run the attention through lpdiag, or observe it: lpdiag.observed, "
+                                         "observe_sdpa, Monitor(observe_every=N))"
+                                       : "no per-head spectral norms of W_Q (the Monitor's weights cadence)";
+  return "the growth precursor cannot be seen: the trace holds " + what +
+         "; only a logit collapse, a loss explosion or a non-finite value can raise an alarm, as it happens";
+}
+
+int run_alarm(const AlarmArgs& a) {
+  preflight_trace(a.path);
+  TraceReader reader(a.path);
+  alarm::TraceFeeder feeder(reader);
+  alarm::AlarmDetector det;
+  feeder.feed_new(det);
+  const auto& alarms = det.alarms();
+  const std::string blind = blind_spot(feeder);
+  if (a.json) {
+    nlohmann::json j = {{"trace", a.path},
+                        {"records", reader.records()},
+                        {"alarm", alarms.empty() ? nlohmann::json(nullptr) : alarm_json(alarms.front())},
+                        {"alarms", nlohmann::json::array()},
+                        {"sees", {{"attention_counters", feeder.has_counters()}, {"head_sigma", feeder.has_head_sigma()}}},
+                        {"blind_spot", blind.empty() ? nlohmann::json(nullptr) : nlohmann::json(blind)}};
+    for (const auto& x : alarms) j["alarms"].push_back(alarm_json(x));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("{} ({} records)\n", a.path, reader.records());
+    if (alarms.empty()) {
+      std::cout << "no alarm\n";
+    } else {
+      const auto& f = alarms.front();
+      std::cout << fmt::format("ALARM at step {}: {}{}\n", f.step, f.kind,
+                               f.layer_index >= 0 ? fmt::format(" at layer {}{}", f.layer_index, f.head >= 0 ? fmt::format(" head {}", f.head) : "")
+                                                  : "");
+      std::cout << "  " << f.evidence << "\n";
+      for (std::size_t i = 1; i < alarms.size(); ++i)
+        std::cout << fmt::format("then step {}: {}: {}\n", alarms[i].step, alarms[i].kind, alarms[i].evidence);
+    }
+    if (!blind.empty()) std::cout << "note: " << blind << "\n";
+  }
+  return alarms.empty() ? kOk : kFinding;
+}
+
+}  // namespace
+
+Registration register_alarm(CLI::App& app) {
+  auto args = std::make_shared<AlarmArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "alarm",
+      "Replay a trace through the online alarm, step by step (no look-ahead): the first alarm watch or the Monitor would have "
+      "raised. Exit 1 when an alarm was raised, 0 none, 2 unusable input");
+  sub->add_option("trace", args->path, "Trace file")->required();
+  sub->add_flag("--json", args->json,
+                "One JSON object: {\"alarm\": null | {step, kind, layer_index, head, evidence}, \"alarms\": [...], \"sees\": ..., "
+                "\"blind_spot\": ...}");
+  return {sub, [args] { return run_alarm(*args); }};
+}
+
+}  // namespace lpdiag::cli
