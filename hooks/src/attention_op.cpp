@@ -1,4 +1,5 @@
 #include "lpdiag/hooks/attention_op.hpp"
+#include "lpdiag/hooks/guard.hpp"
 
 #include <cmath>
 #include <map>
@@ -197,10 +198,12 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::string& spec, int64_t layer_index) {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("lpdiag::attention_fwd", "").typed<FwdSig>();
-    ctx->saved_data["spec"] = spec;
+    // A layer the guard switched runs under the guard's spec, its backward too.
+    const std::string run = GuardBoard::instance().resolve(layer_index, spec);
+    ctx->saved_data["spec"] = run;
     ctx->saved_data["layer"] = layer_index;
     at::AutoDispatchBelowADInplaceOrView below;
-    auto [o, lse, residual] = op.call(q, k, v, spec, layer_index);
+    auto [o, lse, residual] = op.call(q, k, v, run, layer_index);
     ctx->save_for_backward({q, k, v, o, lse, residual});
     return o;
   }

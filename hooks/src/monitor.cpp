@@ -1,5 +1,8 @@
 #include "lpdiag/hooks/monitor.hpp"
 
+#include "lpdiag/alarm/trace_feeder.hpp"
+#include "lpdiag/hooks/guard.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -589,13 +592,87 @@ void Monitor::finish_pending(int64_t next_step) {
   if (f.counters_due) add_attention(r, counters, next_step);
   if (!std::isfinite(r.scalars[0])) writer_->add_event({r.step, "nan_inf", -1, -1, r.scalars[0], "loss is not finite"});
   writer_->append(r);
+  run_alarm(r);
   pending_record_.reset();
   pending_fetch_.reset();
+}
+
+void Monitor::set_alarm(bool on) {
+  if (!on) detector_.reset();
+  else if (!detector_) detector_ = std::make_unique<alarm::AlarmDetector>();
+}
+
+void Monitor::set_on_alarm(std::function<void(const alarm::Alarm&)> hook) { on_alarm_ = std::move(hook); }
+
+void Monitor::set_guard(std::string guard) {
+  TORCH_CHECK(!writer_, "lpdiag.Monitor: set_guard after the first record(); choose the guard before training");
+  if (!guard.empty()) {
+    try {
+      check_guard_name(guard);
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK(false, "lpdiag.Monitor: ", e.what());
+    }
+    TORCH_CHECK(detector_, "lpdiag.Monitor: a guard acts on alarms; it needs the alarm on");
+  }
+  guard_ = std::move(guard);
+}
+
+std::string Monitor::alarms_json() const {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [a, guarded] : alarms_)
+    j.push_back({{"step", a.step}, {"kind", a.kind}, {"layer_index", a.layer_index >= 0 ? nlohmann::json(a.layer_index) : nlohmann::json()},
+                 {"head", a.head >= 0 ? nlohmann::json(a.head) : nlohmann::json()}, {"evidence", a.evidence}, {"guarded", guarded}});
+  return j.dump();
+}
+
+std::vector<int64_t> Monitor::guarded_layers() const {
+  std::vector<int64_t> out;
+  for (const auto& [a, guarded] : alarms_)
+    if (guarded) out.push_back(session_base_ + a.layer_index);
+  return out;
+}
+
+// The alarm on one appended record. Whatever happens here never stops training: a guard that cannot
+// switch a layer says so and leaves it as it was.
+void Monitor::run_alarm(const TraceRecord& r) {
+  if (!detector_) return;
+  for (const auto& a : detector_->feed(alarm::alarm_record(layout_, r))) {
+    bool guarded = false;
+    std::string note;
+    if (!guard_.empty() && a.layer_index >= 0) {
+      CounterSink::Spec s;
+      const int64_t id = session_base_ + a.layer_index;
+      try {
+        // A spec the guard cannot run under is refused here, not in the next forward.
+        if (CounterSink::instance().reported_spec(id, s) && s.policy.rfind("external", 0) != 0) guarded_spec(s.json, guard_);
+        GuardBoard::instance().set(id, guard_);
+        guarded = true;
+        note = "; layer " + std::to_string(a.layer_index) + " switched to " + guard_ + " attention from the next step";
+      } catch (const std::exception& e) {
+        note = "; the guard could not switch layer " + std::to_string(a.layer_index) + ": " + e.what();
+      }
+      writer_->add_event({r.step, guarded ? "guard_switch" : "guard_failed", static_cast<std::int32_t>(a.layer_index),
+                          static_cast<std::int32_t>(a.head), NAN, (guard_ + ": " + a.kind + note).substr(0, 127)});
+    }
+    writer_->add_event({r.step, "alarm", static_cast<std::int32_t>(a.layer_index), static_cast<std::int32_t>(a.head), NAN,
+                        (a.kind + ": " + a.evidence).substr(0, 127)});
+    std::fprintf(stderr, "lpdiag.Monitor: ALARM at step %lld: %s: %s%s\n", static_cast<long long>(a.step), a.kind.c_str(),
+                 a.evidence.c_str(), note.c_str());
+    alarms_.emplace_back(a, guarded);
+    if (on_alarm_) {
+      try {
+        on_alarm_(a);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "lpdiag.Monitor: the on_alarm hook threw (%s); training goes on\n", e.what());
+      }
+    }
+  }
 }
 
 void Monitor::close() {
   std::lock_guard<std::recursive_mutex> io(io_mutex_);
   if (session_base_ >= 0 && !session_released_) {
+    GuardBoard::instance().clear_range(session_base_, session_base_ + kSessionLayers);
     CaptureBoard::instance().forget(session_base_);
     release_session(session_base_), session_released_ = true;
   }

@@ -90,7 +90,12 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("trace_error", &Monitor::trace_error)
       .def("layer_base", &Monitor::layer_base)
       .def("records", &Monitor::records)
-      .def("host_cost_json", &Monitor::host_cost_json);
+      .def("host_cost_json", &Monitor::host_cost_json)
+      .def("set_alarm", &Monitor::set_alarm)
+      .def("set_guard", &Monitor::set_guard)
+      .def("alarms_json", &Monitor::alarms_json)
+      .def("alarm_count", &Monitor::alarm_count)
+      .def("guarded_layers", &Monitor::guarded_layers);
 }
 
 // lpdiag::attention: autograd over the forward and backward kernels; those run on the CPU (the

@@ -15,11 +15,13 @@ from torch.distributed when it is initialized (one trace per rank: NAME.rank<k>.
 Monitors may run at once (two models): each records only its own layers' counters; counters of
 a layer no Monitor holds are reported once (stderr, and an `unregistered_layer` event)."""
 import json
+import sys
 
 import torch
 
 from ._library import load
 from .attention import current_layer, current_level, current_observe, is_compiling, traced
+from .guard import GuardSdpaMode, check_guard, current_guard
 from .observe import head_mask, sdpa_mode_for_step
 
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
@@ -63,12 +65,25 @@ class Monitor:
     Observing a kernel lpdiag did not write (lpdiag.observed, lpdiag.observe_sdpa): observe_every
     (N, default 50: the first step and every N-th are observed; 0: never), observe_layers and
     observe_heads (lists: a subset; None: all), observe_rows (query rows per head an observed
-    call looks at, the leading batch elements that hold them; default 4096; 0: all)."""
+    call looks at, the leading batch elements that hold them; default 4096; 0: all).
+    The online alarm (docs/reference/analyzers.md) runs on every record: alarm (True), on_alarm (a
+    callable given each alarm as a dict {step, kind, layer_index, head, evidence, guarded}, called
+    from record(); what it raises is printed and training goes on), guard ("fp32", "sr", "paper"
+    or None: from an alarm naming a layer on, that layer's attention runs under those numerics;
+    lpdiag's op switches its policy or fix, an external kernel runs in fp32; the other layers keep
+    theirs; each switch is a guard_switch event in the trace)."""
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
                  stop_on_nan=False, policy=None, fix="none", run_config=None, activations=None, level="counters",
-                 full_every=25, overwrite=False, observe_every=50, observe_layers=None, observe_heads=None, observe_rows=4096):
+                 full_every=25, overwrite=False, observe_every=50, observe_layers=None, observe_heads=None, observe_rows=4096,
+                 alarm=True, on_alarm=None, guard=None):
         load()
+        self._guard = check_guard(guard)
+        if guard is not None and not alarm:
+            raise ValueError("lpdiag.Monitor: a guard acts on alarms; it needs alarm=True")
+        if on_alarm is not None and not callable(on_alarm):
+            raise TypeError(f"lpdiag.Monitor: on_alarm must be callable, got {type(on_alarm).__name__}")
+        self._on_alarm, self._alarms, self._guarded = on_alarm, [], set()
         if level not in ("off", "counters", "full"):
             raise ValueError(f"lpdiag.Monitor: level must be off, counters or full, got {level!r}")
         if full_every is not None and int(full_every) < 0:
@@ -116,6 +131,9 @@ class Monitor:
                 raise ValueError(f"lpdiag.Monitor: observe_layers must be in [0, {len(layers)}), got {bad}")
         self._observe_layers = None if observe_layers is None else {int(x) for x in observe_layers}
         self._mon.set_observe_every(self._observe_every)
+        self._mon.set_alarm(bool(alarm))
+        if guard is not None:
+            self._mon.set_guard(guard)
         self._step_observe = self.step_observed()
         for i, (name, _, w) in enumerate(layers):
             if "qkv" in w:
@@ -181,10 +199,14 @@ class Monitor:
                 return
             observing = self._step_observe and watched
             mode = sdpa_mode_for_step() if observing else None  # observe_sdpa: only now, only here
-            if mode is not None:
-                mode.__enter__()
+            guarded = i in self._guarded
+            guard_mode = GuardSdpaMode() if guarded and GuardSdpaMode is not None else None
+            for m in (guard_mode, mode):  # the observer sees what the guarded call returned
+                if m is not None:
+                    m.__enter__()
             self._tokens.append((current_layer.set(self._base + i), current_level.set(self._step_level),
-                                 current_observe.set(observe if observing else None), mode))
+                                 current_observe.set(observe if observing else None), mode,
+                                 current_guard.set("fp32" if guarded else None), guard_mode))
         return hook
 
     def _leave_hook(self):
@@ -193,9 +215,11 @@ class Monitor:
                 traced.layer = traced.level = None
                 return
             if self._tokens:
-                layer_token, level_token, observe_token, mode = self._tokens.pop()
-                if mode is not None:
-                    mode.__exit__(None, None, None)
+                layer_token, level_token, observe_token, mode, guard_token, guard_mode = self._tokens.pop()
+                for m in (mode, guard_mode):
+                    if m is not None:
+                        m.__exit__(None, None, None)
+                current_guard.reset(guard_token)
                 current_observe.reset(observe_token)
                 current_level.reset(level_token)
                 current_layer.reset(layer_token)
@@ -212,7 +236,33 @@ class Monitor:
         self._step_level = self.step_level()
         self._first_observed = False
         self._step_observe = self.step_observed()
-        return self._mon.record(int(step), loss, float(lr), grad_norm)
+        keep_going = self._mon.record(int(step), loss, float(lr), grad_norm)
+        if self._mon.alarm_count() > len(self._alarms):
+            self._take_alarms()
+        return keep_going
+
+    def _take_alarms(self):
+        new = json.loads(self._mon.alarms_json())[len(self._alarms):]
+        self._alarms.extend(new)
+        for a in new:
+            if a["guarded"]:
+                self._guarded.add(int(a["layer_index"]))
+            if self._on_alarm is not None:
+                try:
+                    self._on_alarm(dict(a))
+                except Exception as e:  # noqa: BLE001 - a user's callback never stops training
+                    print(f"lpdiag.Monitor: on_alarm raised {type(e).__name__}: {e}; training goes on", file=sys.stderr)
+
+    @property
+    def alarms(self):
+        """The alarms so far: dicts {step, kind, layer_index, head, evidence, guarded} (guarded: the
+        guard switched the layer)."""
+        return list(self._alarms)
+
+    @property
+    def guarded_layers(self):
+        """This Monitor's layers (0-based) the guard has switched."""
+        return sorted(self._guarded)
 
     def request_capture(self, layer, step):
         """Save attention layer `layer`'s inputs (q, k, v, and dO from its backward) and its output at
@@ -262,6 +312,8 @@ class Monitor:
             h.remove()
         self._hooks = []
         self._mon.close()
+        if self._mon.alarm_count() > len(self._alarms):  # the last record lands at close
+            self._take_alarms()
 
     def __enter__(self):
         return self

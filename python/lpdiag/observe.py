@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ._library import load
 from .attention import current_observe, is_compiling
+from .guard import current_guard, run_guarded
 
 # Why calls were not observed (reason -> count), in this process.
 skipped = collections.Counter()
@@ -88,7 +89,8 @@ def observed(fn, name=None, *, layout="bhnd"):
 
     @functools.wraps(fn)
     def wrapper(q, k, v, *args, **kw):
-        o = fn(q, k, v, *args, **kw)
+        # A layer the Monitor's guard switched runs the kernel in fp32 (lpdiag.guard).
+        o = run_guarded(fn, q, k, v, *args, **kw) if current_guard.get() else fn(q, k, v, *args, **kw)
         if current_observe.get() is not None:
             causal = bool(kw.get("is_causal", kw.get("causal", False)))
             scale = kw.get("scale", kw.get("softmax_scale"))

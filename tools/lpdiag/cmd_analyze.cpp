@@ -30,6 +30,7 @@ void print_run(const AnalyzedRun& run, const std::optional<analysis::ReferenceCo
   std::cout << fmt::format("{} ({} file{}, {} records, steps {}..{})\n", t.files.front(), t.files.size(),
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
   for (const auto& line : verdict_summary(c, run.numerics, cmp)) std::cout << line << "\n";
+  for (const auto& line : alarm_lines(run)) std::cout << line << "\n";
   if (!c.judged) return;
   std::cout << "\nlinks:\n";
   for (const auto& line : link_table(c)) std::cout << line << "\n";
@@ -76,6 +77,13 @@ int run_analyze(const AnalyzeArgs& a) {
       j["reference"]["run"] = verdict_to_json(ref->c.run);
     }
     j["summary"] = verdict_summary(run.c, run.numerics, cmp);
+    j["alarms"] = nlohmann::json::array();
+    j["guard_switches"] = nlohmann::json::array();
+    for (const auto& e : run.alarm_events)
+      (e.kind == "alarm" ? j["alarms"] : j["guard_switches"])
+          .push_back({{"step", e.step}, {"layer_index", e.layer_index >= 0 ? nlohmann::json(e.layer_index) : nlohmann::json()},
+                      {"head", e.head >= 0 ? nlohmann::json(e.head) : nlohmann::json()}, {"switched", e.kind != "guard_failed"},
+                      {"message", e.message}});
     std::cout << j.dump(2) << "\n";
     return verdict_exit_code(run.c);
   }

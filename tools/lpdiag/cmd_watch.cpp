@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "lpdiag/alarm/trace_feeder.hpp"
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/command.hpp"
 #include "lpdiag/error.hpp"
@@ -55,8 +56,11 @@ int run_watch(const WatchArgs& a) {
     }
   }
   std::array<bool, 5> seen{};
-  bool failure_seen = false;
+  bool failure_seen = false, alarmed = false;
   int failed_polls = 0;
+  // The online alarm, fed each record once as it becomes visible (lpdiag alarm replays the same).
+  alarm::AlarmDetector detector;
+  std::int64_t fed = 0;
   std::int64_t last_records = -1;
   auto last_growth = Clock::now();
   std::cout << "watching " << a.path << " (Ctrl-C to stop)" << std::endl;
@@ -74,6 +78,12 @@ int run_watch(const WatchArgs& a) {
       if (r.records() != last_records) {
         last_records = r.records();
         last_growth = Clock::now();
+        alarm::TraceFeeder feeder(r, fed);
+        for (const auto& al : feeder.feed_new(detector)) {
+          alarmed = true;
+          std::cout << fmt::format("[{} records] ALARM at step {}: {}: {}", last_records, al.step, al.kind, al.evidence) << std::endl;
+        }
+        fed = feeder.fed();
         if (last_records > 0) {
           // The same analysis as `lpdiag analyze` (the recorded numerics accounted for), so the
           // two never disagree on one trace.
@@ -108,17 +118,17 @@ int run_watch(const WatchArgs& a) {
     if (closed) {
       std::cout << fmt::format("writer closed {} after {} records", a.path, last_records) << std::endl;
       verdict();
-      return failure_seen ? kFinding : kOk;
+      return failure_seen || alarmed ? kFinding : kOk;
     }
     if (g_stop) {
       std::cout << "stopped" << std::endl;
       verdict();
-      return failure_seen ? kFinding : kOk;
+      return failure_seen || alarmed ? kFinding : kOk;
     }
     if (a.idle_exit > 0 && std::chrono::duration<double>(Clock::now() - last_growth).count() > a.idle_exit) {
       std::cout << fmt::format("no new records for {:.0f} s; the writer may have died", a.idle_exit) << std::endl;
       verdict();
-      return failure_seen ? kFinding : kOk;
+      return failure_seen || alarmed ? kFinding : kOk;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(a.interval * 1000)));
   }
@@ -130,9 +140,9 @@ Registration register_watch(CLI::App& app) {
   auto args = std::make_shared<WatchArgs>();
   CLI::App* sub = app.add_subcommand(
       "watch",
-      "Follow a live trace and print the run verdict and each link of the chain as they appear. Records become visible as the "
+      "Follow a live trace and print the online alarm (lpdiag alarm), the run verdict and each link of the chain as they appear. Records become visible as the "
       "writer flushes them: every flush_every records (default 100) or every 10 s, whichever comes first. Exit 0: the run "
-      "did not fail while watched; 1: it failed; 2: unusable input");
+      "did not fail and raised no alarm while watched; 1: it failed or alarmed; 2: unusable input");
   sub->add_option("trace", args->path, "Trace file being written")->required();
   sub->add_option("--interval", args->interval, "Seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--wait", args->wait, "Seconds to wait for the file to appear")->capture_default_str();

@@ -84,7 +84,20 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
   r.numerics = analysis::recorded_numerics(first.layout().attention);
   analysis::account_for_numerics(r.c, r.numerics);
   note_recording_problems(first, r.c);
+  for (const auto& e : first.events())
+    if (e.kind == "alarm" || e.kind == "guard_switch" || e.kind == "guard_failed") r.alarm_events.push_back(e);
   return r;
+}
+
+std::vector<std::string> alarm_lines(const AnalyzedRun& run) {
+  std::vector<std::string> out;
+  for (const auto& e : run.alarm_events) {
+    const std::string where = e.layer_index >= 0 ? fmt::format(" (layer {})", e.layer_index) : "";
+    if (e.kind == "alarm") out.push_back(fmt::format("alarm at step {}{}: {}", e.step, where, e.message));
+    else if (e.kind == "guard_switch") out.push_back(fmt::format("guard at step {}{}: {}", e.step, where, e.message));
+    else out.push_back(fmt::format("guard FAILED at step {}{}: {}", e.step, where, e.message));
+  }
+  return out;
 }
 
 analysis::ReferenceComparison compare_runs(const AnalyzedRun& run, const std::string& ref_path, const AnalyzedRun& ref) {

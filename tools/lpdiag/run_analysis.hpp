@@ -9,6 +9,7 @@
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/analyzers/recorded_numerics.hpp"
 #include "lpdiag/analyzers/reference_run.hpp"
+#include "lpdiag/trace/trace_record.hpp"
 
 namespace lpdiag::cli {
 
@@ -17,10 +18,15 @@ struct AnalyzedRun {
   analysis::ChainResult c;
   std::string run_config;  // of the first file
   analysis::RecordedNumerics numerics;  // the attention layers' policy and fix, of the first file
+  // The online alarm's and the guard's events the Monitor wrote (alarm, guard_switch,
+  // guard_failed), of the first file, in step order.
+  std::vector<TraceEvent> alarm_events;
 };
 
 // Preflights every file first (clear errors for unusable input).
 // `o_error`: also bin the O error sums (the report plots them).
+// One line per alarm and guard event, for analyze and the report.
+std::vector<std::string> alarm_lines(const AnalyzedRun& run);
 AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers,
                         const analysis::Progress& progress = {}, bool o_error = false);
 

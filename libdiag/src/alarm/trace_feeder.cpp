@@ -9,7 +9,35 @@
 
 namespace lpdiag::alarm {
 
-TraceFeeder::TraceFeeder(const TraceReader& reader) : r_(reader) {
+AlarmRecord alarm_record(const TraceLayout& layout, const TraceRecord& r) {
+  AlarmRecord a;
+  a.step = r.step;
+  a.loss = r.scalars.empty() ? kUnmeasured : r.scalars[0];
+  // The writer's record was given its loss: NaN there was computed, not unmeasured.
+  a.nonfinite_event = !r.scalars.empty() && !std::isfinite(r.scalars[0]);
+  for (const auto& l : layout.attention) a.layers.push_back(l.layer_index), a.heads = std::max(a.heads, l.n_heads);
+  a.samples.assign(a.layers.size() * static_cast<std::size_t>(a.heads), HeadSample{});
+  for (std::size_t l = 0; l < layout.attention.size() && l < r.attention.size(); ++l)
+    for (std::size_t h = 0; h < r.attention[l].size() && static_cast<std::int64_t>(h) < a.heads; ++h) {
+      const HeadCounters& c = r.attention[l][h];
+      auto& s = a.at(l, static_cast<std::int64_t>(h));
+      if (c.rows > 0 && c.repeated_max_rows >= 0 && c.repeated_max_rows <= c.rows) s.rows = double(c.rows), s.repeated = double(c.repeated_max_rows);
+      if (c.logit_max >= 0) s.logit_max = c.logit_max;
+    }
+  for (std::size_t m = 0; m < layout.matrices.size() && m < r.weights.size(); ++m) {
+    const MatrixSpec& spec = layout.matrices[m];
+    if (spec.role != "attn_q" || spec.n_heads <= 0) continue;
+    const auto it = std::find(a.layers.begin(), a.layers.end(), spec.layer_index);
+    if (it == a.layers.end()) continue;
+    const auto slot = static_cast<std::size_t>(it - a.layers.begin());
+    const auto& hs = r.weights[m].head_spectral_norm;
+    for (std::size_t h = 0; h < hs.size() && static_cast<std::int64_t>(h) < a.heads; ++h)
+      if (hs[h] > 0 && std::isfinite(hs[h])) a.at(slot, static_cast<std::int64_t>(h)).sigma = hs[h];
+  }
+  return a;
+}
+
+TraceFeeder::TraceFeeder(const TraceReader& reader, std::int64_t start_row) : r_(reader), next_(start_row) {
   for (const auto& a : r_.layout().attention) {
     layers_.push_back(a.layer_index);
     groups_.push_back(schema::attention_group(a.name));

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
+#include "lpdiag/alarm/alarm_detector.hpp"
 #include "lpdiag/trace/trace_writer.hpp"
 
 namespace lpdiag::hooks {
@@ -88,8 +91,27 @@ class Monitor : public torch::CustomClassHolder {
   // weight, update and activation statistics launched), "rest". A number to log beside a run's
   // step time.
   std::string host_cost_json() const;
+  // The online alarm (lpdiag/alarm/alarm_detector.hpp) runs on every record as it is appended (on
+  // CUDA, one record later: when its statistics have landed). Each alarm is a trace event
+  // ("alarm"), one line on stderr, and a call of the on_alarm hook. On by default.
+  void set_alarm(bool on);
+  void set_on_alarm(std::function<void(const alarm::Alarm&)> hook);
+  // guard "fp32", "sr" or "paper" ("" none): when an alarm names a layer, that layer's later calls
+  // of lpdiag's attention op run under the guard's numerics (hooks/guard.hpp), and a
+  // "guard_switch" event says so. The other layers keep theirs. Before the first record.
+  void set_guard(std::string guard);
+  // The alarms so far, a JSON array of {step, kind, layer_index, head, evidence, guarded}.
+  std::string alarms_json() const;
+  int64_t alarm_count() const { return static_cast<int64_t>(alarms_.size()); }
+  // The op's layer ids (layer_base() + l) the guard has switched.
+  std::vector<int64_t> guarded_layers() const;
 
  private:
+  void run_alarm(const TraceRecord& r);
+  std::unique_ptr<alarm::AlarmDetector> detector_ = std::make_unique<alarm::AlarmDetector>();
+  std::function<void(const alarm::Alarm&)> on_alarm_;
+  std::string guard_;
+  std::vector<std::pair<alarm::Alarm, bool>> alarms_;  // with whether the guard switched its layer
   int64_t session_base_ = -1;
   bool session_released_ = false;
   std::set<int64_t> warned_layers_;

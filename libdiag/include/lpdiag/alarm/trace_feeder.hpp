@@ -7,12 +7,18 @@
 
 #include "lpdiag/alarm/alarm_detector.hpp"
 #include "lpdiag/trace/trace_reader.hpp"
+#include "lpdiag/trace/trace_record.hpp"
 
 namespace lpdiag::alarm {
 
+// One record as a writer holds it (the Monitor's), for the detector: the loss (a non-finite one
+// as a non-finite value), the counters of each attention layer and sigma_1 of each head-sliced W_Q.
+AlarmRecord alarm_record(const TraceLayout& layout, const TraceRecord& r);
+
 class TraceFeeder {
  public:
-  explicit TraceFeeder(const TraceReader& reader);
+  // `start_row`: the first record to read (a live trace reopened after `start_row` were fed).
+  explicit TraceFeeder(const TraceReader& reader, std::int64_t start_row = 0);
   // Feeds records [fed(), reader.records()) to `det`; returns the alarms they raised.
   std::vector<Alarm> feed_new(AlarmDetector& det);
   // The same records, returned instead of fed (to run several detectors over one read).

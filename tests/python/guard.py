@@ -1,0 +1,153 @@
+"""The online alarm and the guard in the Python Monitor, on the CPU. A 2-layer model whose layer 1
+query weights are scaled up 300x at step 12 (its logits jump: a collapse the alarm must raise):
+ - on_alarm is called once with the alarm (kind logit_collapse, layer 1); the trace holds an
+   "alarm" event; the alarm never changes training: losses with and without it are identical;
+ - guard="fp32": a guard_switch event, guarded_layers == [1]; losses identical to the unguarded
+   run's up to the alarm's step and not after; the trace records layer 1's numerics as fp32 from
+   then on (attention_spec event), layer 0's unchanged;
+ - an external kernel (lpdiag.observed) in a guarded layer receives fp32 q, k, v after the switch;
+ - an on_alarm that raises does not stop training; bad guard arguments are refused.
+Seed: fixed (printed). Tolerances: none; losses are compared bit for bit.
+    guard.py LPDIAG_CLI"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import torch
+import torch.nn as nn
+
+import lpdiag
+from check_helpers import check, finish
+from test_seed import seed as test_seed
+
+cli = os.path.abspath(sys.argv[1])
+C, H, T, V, STEPS, JUMP = 32, 4, 16, 11, 24, 12
+SEED = test_seed("guard.py", 20261206)
+
+
+def op_attention(q, k, v, is_causal=False):
+    return lpdiag.attention(q, k, v, causal=is_causal)
+
+
+class Attn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn, self.n_head = fn, H
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+
+    def forward(self, x):
+        B = x.shape[0]
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for t in self.c_attn(x).split(C, 2))
+        return self.c_proj(self.fn(q, k, v, is_causal=True).transpose(1, 2).float().reshape(B, T, C))
+
+
+class Model(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        torch.manual_seed(SEED)
+        self.emb = nn.Embedding(V, C)
+        self.layers = nn.ModuleList(Attn(fn) for _ in range(2))
+        self.head = nn.Linear(C, V)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for a in self.layers:
+            x = x + a(x)
+        return self.head(x)
+
+
+def train(path, fn=op_attention, **kw):
+    model = Model(fn)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(SEED)
+    data = torch.randint(0, V, (STEPS, 4, T + 1), generator=g)
+    losses = []
+    with lpdiag.Monitor(path, model, overwrite=True, **kw) as mon:
+        for step in range(STEPS):
+            if step == JUMP:
+                with torch.no_grad():
+                    model.layers[1].c_attn.weight[:C] *= 300  # layer 1's queries: its logits jump
+            x, y = data[step, :, :-1], data[step, :, 1:]
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            mon.record(step, loss, lr=1e-3)
+    return losses, mon
+
+
+def events(path):
+    with h5py.File(path, "r") as f:
+        return [(int(e["step"]), e["kind"].decode(), int(e["layer_index"]), e["message"].decode()) for e in f["events"][:]]
+
+
+with tempfile.TemporaryDirectory() as d:
+    seen = []
+    base, _ = train(f"{d}/off.h5", alarm=False)
+    plain, mon = train(f"{d}/plain.h5", on_alarm=seen.append)
+    check("on_alarm called once, a logit collapse at layer 1", len(seen) == 1 and seen[0]["kind"] == "logit_collapse"
+          and seen[0]["layer_index"] == 1 and seen[0]["step"] == JUMP and not seen[0]["guarded"], str(seen))
+    check("Monitor.alarms holds it", mon.alarms == seen, str(mon.alarms))
+    ev = events(f"{d}/plain.h5")
+    check("the trace holds the alarm event", any(k == "alarm" and layer == 1 and s == JUMP for s, k, layer, _ in ev), str(ev))
+    check("no guard, no switch", not any(k == "guard_switch" for _, k, _, _ in ev) and mon.guarded_layers == [])
+    check("the alarm never changes training (losses bit for bit)", base == plain)
+    out = subprocess.run([cli, "alarm", f"{d}/plain.h5", "--json"], capture_output=True, text=True)
+    j = json.loads(out.stdout)
+    check("lpdiag alarm on the trace raises what the Monitor raised", out.returncode == 1 and j["alarm"]["step"] == JUMP
+          and j["alarm"]["layer_index"] == 1, out.stdout + out.stderr)
+
+    guarded, gmon = train(f"{d}/guard.h5", guard="fp32")
+    check("guard: layer 1 switched", gmon.guarded_layers == [1] and gmon.alarms[0]["guarded"], str(gmon.alarms))
+    check("guard: losses identical up to the alarm's step", guarded[:JUMP + 1] == plain[:JUMP + 1])
+    check("guard: losses differ after it (layer 1 runs fp32)", guarded[JUMP + 1:] != plain[JUMP + 1:])
+    ev = events(f"{d}/guard.h5")
+    check("guard: a guard_switch event for layer 1", any(k == "guard_switch" and layer == 1 for _, k, layer, _ in ev), str(ev))
+    specs = [(s, layer, m) for s, k, layer, m in ev if k == "attention_spec"]
+    check("guard: the trace records layer 1 as fp32 from then on, layer 0 unchanged",
+          any(layer == 1 and "fp32" in m for _, layer, m in specs) and not any(layer == 0 for _, layer, _ in specs), str(specs))
+
+    out = subprocess.run([cli, "analyze", f"{d}/guard.h5"], capture_output=True, text=True)
+    check("analyze shows the alarm and the switch", "alarm at step 12 (layer 1)" in out.stdout and "guard at step 12 (layer 1)" in out.stdout,
+          out.stdout)
+    out = subprocess.run([cli, "analyze", f"{d}/guard.h5", "--json"], capture_output=True, text=True)
+    j = json.loads(out.stdout)
+    check("analyze --json lists them", [a["layer_index"] for a in j["alarms"]] == [1]
+          and [g["layer_index"] for g in j["guard_switches"]] == [1] and j["guard_switches"][0]["switched"], out.stdout[-600:])
+    subprocess.run([cli, "report", f"{d}/guard.h5", "-o", f"{d}/guard.html"], capture_output=True, text=True)
+    html = open(f"{d}/guard.html").read() if os.path.exists(f"{d}/guard.html") else ""
+    check("the report shows the switch", "<b>guard</b> at step 12 (layer 1)" in html, html[:300])
+
+    # An external kernel in a guarded layer runs on fp32 inputs after the switch.
+    dtypes = []
+
+    def kernel(q, k, v, is_causal=False):
+        dtypes.append(q.dtype)
+        s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return (torch.softmax(s, -1) @ v.float()).to(q.dtype)
+
+    _, emon = train(f"{d}/external.h5", fn=lpdiag.observed(kernel, name="mine"), guard="fp32", observe_every=1)
+    # Two layers per step: layer 1's calls are the odd ones.
+    after = [dt for i, dt in enumerate(dtypes) if i % 2 == 1 and i // 2 > JUMP + 1]
+    before = [dt for i, dt in enumerate(dtypes) if i // 2 <= JUMP]
+    check("external kernel: switched, fp32 inputs in layer 1 after the alarm, bf16 before",
+          emon.guarded_layers == [1] and after and all(dt == torch.float32 for dt in after)
+          and all(dt == torch.bfloat16 for dt in before), f"{emon.alarms} {dtypes}")
+
+    def bad(a):
+        raise RuntimeError("the user's callback failed")
+
+    l2, _ = train(f"{d}/bad.h5", on_alarm=bad)
+    check("an on_alarm that raises does not stop training", l2 == plain)
+    for kw, what in (({"guard": "bf16"}, "an unknown guard"), ({"guard": "fp32", "alarm": False}, "a guard without the alarm")):
+        try:
+            train(f"{d}/x.h5", **kw)
+            check(f"{what} is refused", False)
+        except ValueError as e:
+            check(f"{what} is refused", "guard" in str(e), str(e))
+finish()
