@@ -61,6 +61,11 @@ int train(int argc, char** argv) {
                  "With --attention sdpa: observe PyTorch's attention kernel on the first step and every N-th (0: never)")
       ->capture_default_str();
   app.add_option("--observe-rows", cfg.observe_rows, "Query rows per head an observed call looks at (0: all)")->capture_default_str();
+  std::string guard;
+  app.add_option("--guard", guard,
+                 "fp32, sr or paper: when the Monitor's online alarm names a layer, that layer's attention switches to these "
+                 "numerics from the next step (with --attention sdpa: fp32 whatever the guard, PyTorch's kernel having no fix)")
+      ->check(CLI::IsMember({"fp32", "sr", "paper"}));
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
   app.add_flag("--overwrite", overwrite, "Replace an existing trace at --out (without it, an existing file is refused and left untouched)");
   bool activations = true;
@@ -141,6 +146,19 @@ int train(int argc, char** argv) {
   for (auto& b : model->blocks) b->cfg.layer_base = model->cfg.layer_base;
   if (monitor) monitor->set_cadence("weights", weights_every), monitor->set_cadence("updates", weights_every);
   if (monitor) monitor->add_matrix("lm_head", "lm_head", -1, 0, model->lm_head->weight, 0, cfg.vocab);
+  if (!guard.empty() && !monitor) {
+    std::fprintf(stderr, "gpt2_train: --guard acts on the Monitor's alarms; drop --no-monitor\n");
+    return 2;
+  }
+  if (monitor && !guard.empty()) {
+    monitor->set_guard(guard);
+    // PyTorch's SDPA has no fix to switch: a guarded layer's SDPA runs in fp32.
+    if (cfg.attention == "sdpa")
+      monitor->set_on_alarm([&model](const lpdiag::alarm::Alarm& a) {
+        if (a.layer_index >= 0 && a.layer_index < static_cast<int64_t>(model->blocks.size()))
+          model->blocks[static_cast<std::size_t>(a.layer_index)]->cfg.guard_fp32 = true;
+      });
+  }
 
   std::printf("text: %s (%zu tokens, vocab %lld); model: %lld layers, %lld heads, width %lld, block %lld\n", corpus.source.c_str(),
               corpus.tokens.size(), (long long)cfg.vocab, (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
@@ -196,6 +214,7 @@ int train(int argc, char** argv) {
   if (loss.defined()) last_loss = loss.item<double>();
   if (monitor) std::printf("Monitor::record host time per record, ms: %s\n", monitor->host_cost_json().c_str());
   if (monitor) monitor->close();
+  if (monitor) std::printf("alarms: %s\n", monitor->alarms_json().c_str());
   const double close_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const double secs = std::chrono::duration<double>(t1 - t0).count();
   if (steps > timed_from + 1) {

@@ -29,12 +29,13 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 #if TORCH_VERSION_MAJOR >= 2
     // sdpa-fp32: the same bf16 inputs, attention computed in fp32 (the counterfactual without
     // low-precision attention), the output rounded once to bf16 as every other path returns it.
-    auto in = [&](const torch::Tensor& t) { return cfg.attention == "sdpa" ? heads(t) : heads(t).to(torch::kFloat32); };
+    const bool fp32 = cfg.attention == "sdpa-fp32" || cfg.guard_fp32;
+    auto in = [&](const torch::Tensor& t) { return fp32 ? heads(t).to(torch::kFloat32) : heads(t); };
     const AutocastOff fp32_stays_fp32;  // under --autocast, SDPA would otherwise run in bf16
     const torch::Tensor q = in(qkv[0]), k = in(qkv[1]), v = in(qkv[2]);
     y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
     // lpdiag: on an observed step, what PyTorch's kernel did (y and, in the backward, dy are read only).
-    if (cfg.observe_now && cfg.attention == "sdpa")
+    if (cfg.observe_now && cfg.attention == "sdpa" && !cfg.guard_fp32)
       lpdiag::hooks::observe_call(q, k, v, y, true, 0.0, cfg.layer_base + layer, lpdiag::hooks::sdpa_backend(q, k, v, true),
                                   cfg.observe_rows);
     y = y.to(torch::kBFloat16);

@@ -19,6 +19,9 @@ struct Config {
   // ids layer_base + layer, looking at observe_rows query rows per head.
   bool observe_now = false;
   int64_t layer_base = 0, observe_rows = 4096;
+  // --attention sdpa under --guard: this block's attention runs in fp32 since the Monitor's alarm
+  // named its layer (the op's layers are switched by the op itself).
+  bool guard_fp32 = false;
 };
 
 struct BlockImpl : torch::nn::Module {
