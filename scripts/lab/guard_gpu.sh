@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: GPT-2 small, seed-mma/none at lr 1e-3 (the reproduction's failing arm, same
+# config, seed and data order as its unguarded runs) with the Monitor's guard, 5,000 steps.
+#   scripts/lab/guard_gpu.sh        SEED (1), GUARD (fp32), RUN_LIMIT (430 s); needs corpus/kjv.txt (carry it)
+# Logs, the alarms, analyze's verdict and the trace (split in 15 MB parts: cat guard-*.h5.part-* > trace) under $OUT.
+set -u
+OUT=${OUT:-out/guard}
+mkdir -p "$OUT"
+B=build-gpu
+if [ ! -f $B/build.ninja ]; then source "$(dirname "$0")/gpu_configure.sh"; fi
+echo "== build $(date +%T)"
+ninja -C $B lpdiag_torch lpdiag_cli gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+seed=${SEED:-1}; guard=${GUARD:-fp32}; name=guard-$guard-s$seed
+echo "== run $name $(date +%T)"
+timeout -s TERM "${RUN_LIMIT:-430}" $B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 \
+  --batch 16 --autocast --weight-decay 0 --text corpus/kjv.txt --level full --full-every 50 --compression 6 --flush-every 50 \
+  --log-every 250 --weights-every 10 --no-activations --warmup 200 --steps 5000 --seed "$seed" --lr 1e-3 \
+  --policy seed-mma:tile=512 --guard "$guard" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+echo "rc=$? $(date +%T)"
+grep -E "ALARM|^step +[0-9]*[05]00 |^steady|^trained|^alarms" "$OUT/$name.log" | cut -c1-400
+$B/tools/lpdiag analyze "$OUT/$name.h5" >"$OUT/$name.analyze.txt" 2>&1; head -12 "$OUT/$name.analyze.txt"
+$B/tools/lpdiag alarm "$OUT/$name.h5" --json >"$OUT/$name.alarm.json" 2>&1
+ls -la "$OUT/$name.h5"
+split -b 15000000 -d "$OUT/$name.h5" "$OUT/$name.h5.part-" && rm "$OUT/$name.h5"
+rm -f "$OUT/build.log" "$OUT/configure.log"  # at most 8 files come back
+echo "== done $(date +%T)"
