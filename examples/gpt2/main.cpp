@@ -66,6 +66,9 @@ int train(int argc, char** argv) {
                  "fp32, sr or paper: when the Monitor's online alarm names a layer, that layer's attention switches to these "
                  "numerics from the next step (with --attention sdpa: fp32 whatever the guard, PyTorch's kernel having no fix)")
       ->check(CLI::IsMember({"fp32", "sr", "paper"}));
+  std::string guard_at;
+  app.add_option("--guard-at", guard_at,
+                 "STEP:LAYER switches LAYER to the --guard numerics after STEP without an alarm (what a false alarm costs)");
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
   app.add_flag("--overwrite", overwrite, "Replace an existing trace at --out (without it, an existing file is refused and left untouched)");
   bool activations = true;
@@ -150,6 +153,16 @@ int train(int argc, char** argv) {
     std::fprintf(stderr, "gpt2_train: --guard acts on the Monitor's alarms; drop --no-monitor\n");
     return 2;
   }
+  int64_t guard_step = -1, guard_layer = -1;
+  if (!guard_at.empty()) {
+    long long a = 0, b = 0;
+    char tail = 0;
+    if (guard.empty() || std::sscanf(guard_at.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 0 || b < 0 || b >= cfg.n_layer) {
+      std::fprintf(stderr, "gpt2_train: --guard-at wants STEP:LAYER (LAYER < --n-layer) and a --guard, got '%s'\n", guard_at.c_str());
+      return 2;
+    }
+    guard_step = a, guard_layer = b;
+  }
   if (monitor && !guard.empty()) {
     monitor->set_guard(guard);
     // PyTorch's SDPA has no fix to switch: a guarded layer's SDPA runs in fp32.
@@ -199,6 +212,10 @@ int train(int argc, char** argv) {
     if (step == 0) first_loss = loss.item<double>();
     const auto r0 = std::chrono::steady_clock::now();
     const bool keep = !monitor || monitor->record(step, loss.detach(), step_lr, grad_norm);  // lpdiag: one call per step
+    if (step == guard_step) {  // a false alarm, on purpose
+      monitor->guard_layer(guard_layer, guard);
+      if (cfg.attention == "sdpa") model->blocks[static_cast<std::size_t>(guard_layer)]->cfg.guard_fp32 = true;
+    }
     if (step >= timed_from) record_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
     if (!keep) {
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);

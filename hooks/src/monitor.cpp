@@ -629,7 +629,25 @@ std::vector<int64_t> Monitor::guarded_layers() const {
   std::vector<int64_t> out;
   for (const auto& [a, guarded] : alarms_)
     if (guarded) out.push_back(session_base_ + a.layer_index);
+  for (int64_t l : manual_guards_) out.push_back(session_base_ + l);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+void Monitor::guard_layer(int64_t layer, std::string guard) {
+  TORCH_CHECK(layer >= 0 && layer < n_layer_, "lpdiag.Monitor.guard_layer: layer must be in [0, ", n_layer_, "), got ", layer);
+  try {
+    check_guard_name(guard);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "lpdiag.Monitor.guard_layer: ", e.what());
+  }
+  std::lock_guard<std::recursive_mutex> io(io_mutex_);
+  GuardBoard::instance().set(session_base_ + layer, guard);
+  manual_guards_.push_back(layer);
+  if (writer_)
+    writer_->add_event({last_step_, "guard_switch", static_cast<std::int32_t>(layer), -1, NAN,
+                        (guard + ": by guard_layer(); layer " + std::to_string(layer) + " switched from the next step").substr(0, 127)});
 }
 
 // The alarm on one appended record. Whatever happens here never stops training: a guard that cannot

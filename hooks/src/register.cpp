@@ -95,7 +95,8 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("set_guard", &Monitor::set_guard)
       .def("alarms_json", &Monitor::alarms_json)
       .def("alarm_count", &Monitor::alarm_count)
-      .def("guarded_layers", &Monitor::guarded_layers);
+      .def("guarded_layers", &Monitor::guarded_layers)
+      .def("guard_layer", &Monitor::guard_layer);
 }
 
 // lpdiag::attention: autograd over the forward and backward kernels; those run on the CPU (the

@@ -259,6 +259,16 @@ class Monitor:
         guard switched the layer)."""
         return list(self._alarms)
 
+    def guard_layer(self, layer, guard=None):
+        """Switch layer `layer` (0-based) to safe numerics now, as an alarm with guard= would: guard
+        "fp32", "sr" or "paper" (default: the Monitor's guard, else "fp32"). A guard_switch event
+        records it."""
+        layer = int(layer)
+        if not 0 <= layer < len(self.layers):
+            raise ValueError(f"lpdiag.Monitor.guard_layer: layer must be in [0, {len(self.layers)}), got {layer}")
+        self._mon.guard_layer(layer, check_guard(guard or self._guard or "fp32"))
+        self._guarded.add(layer)
+
     @property
     def guarded_layers(self):
         """This Monitor's layers (0-based) the guard has switched."""

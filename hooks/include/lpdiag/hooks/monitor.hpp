@@ -103,6 +103,9 @@ class Monitor : public torch::CustomClassHolder {
   // The alarms so far, a JSON array of {step, kind, layer_index, head, evidence, guarded}.
   std::string alarms_json() const;
   int64_t alarm_count() const { return static_cast<int64_t>(alarms_.size()); }
+  // Switches this Monitor's layer `layer` to `guard`'s numerics now, as an alarm would (a
+  // "guard_switch" event), on the user's own signal.
+  void guard_layer(int64_t layer, std::string guard);
   // The op's layer ids (layer_base() + l) the guard has switched.
   std::vector<int64_t> guarded_layers() const;
 
@@ -112,6 +115,7 @@ class Monitor : public torch::CustomClassHolder {
   std::function<void(const alarm::Alarm&)> on_alarm_;
   std::string guard_;
   std::vector<std::pair<alarm::Alarm, bool>> alarms_;  // with whether the guard switched its layer
+  std::vector<int64_t> manual_guards_;                 // layers guard_layer() switched
   int64_t session_base_ = -1;
   bool session_released_ = false;
   std::set<int64_t> warned_layers_;
