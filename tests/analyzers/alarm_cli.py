@@ -34,6 +34,12 @@ check(j["blind_spot"] is None, "counters and per-head norms seen")
 rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5")
 check(out.splitlines()[1].startswith("ALARM at step ") and "layer 2" in out.splitlines()[1], "text: the alarm first")
 
+# The failing seed-3 run (loss explosion at 4560 in layer 1 head 0): warned in layer 1, >= 300 steps before.
+rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s3-every10.h5", "--json")
+j = json.loads(out)
+check(rc == 1 and j["alarm"]["kind"] == "growth" and j["alarm"]["layer_index"] == 1 and j["alarm"]["step"] <= 4560 - 300,
+      f"seed 3: growth alarm in layer 1 >= 300 steps before 4560: {j['alarm']}")
+
 # A healthy bf16 run: no alarm, exit 0.
 rc, out, _ = alarm(f"{fx}/real/healthy.h5", "--json")
 j = json.loads(out)
