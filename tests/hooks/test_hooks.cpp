@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <random>
 
 #include "lpdiag/hooks/attention_op.hpp"
@@ -154,7 +155,14 @@ TEST_CASE("Monitor: set_flush_every on a live trace takes effect", "[hooks][moni
   m->record(0, 1.0, 0.0, 0.0);  // the writer opens here, flushing every 1000 records
   m->set_flush_every(1);        // ignored before: the writer kept 1000
   m->record(1, 1.0, 0.0, 0.0);
-  CHECK(lpdiag::TraceReader(path).records() == 2);  // flushed without waiting for 1000
+  // Flushed without waiting for 1000. The Monitor's flushes are written on the writer's own
+  // thread, so the rows land shortly after record() returns: wait up to 10 s for them.
+  std::int64_t seen = 0;
+  for (int i = 0; i < 1000 && seen < 2; ++i) {
+    seen = lpdiag::TraceReader(path).records();
+    if (seen < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(seen == 2);
   m->close();
 }
 

@@ -180,3 +180,28 @@ TEST_CASE("an attention layer's whole spec round-trips as the optional spec attr
   CHECK(r.layout().attention[0].spec == L.attention[0].spec);
   CHECK(r.layout().attention[1].spec.empty());  // absent: a writer that did not know it
 }
+
+TEST_CASE("background flush: every record and event lands, in order, as the in-line writer writes them", "[trace]") {
+  const std::string a = temp_path("inline.h5"), b = temp_path("background.h5");
+  for (const auto& [path, bg] : {std::pair{a, false}, std::pair{b, true}}) {
+    TraceWriterOptions o;
+    o.flush_every = 7;  // 250 records: 35 flushes, the last one partial
+    o.background_flush = bg;
+    TraceWriter w(path, fixture_layout(), {}, o);
+    for (std::int64_t s = 0; s < 250; ++s) {
+      w.append(fixture_record(w.layout(), s));
+      if (s % 40 == 0) w.add_event({s, "note", 1, -1, double(s), "event " + std::to_string(s)});
+    }
+    w.sync();
+    CHECK(w.records_committed() == 250);  // sync() flushes the partial last batch too, and waits for it
+    w.close();
+  }
+  TraceReader ra(a), rb(b);
+  REQUIRE(rb.records() == 250);
+  CHECK(rb.steps(0, 250) == ra.steps(0, 250));
+  for (const char* p : {"/scalars/loss", "/attention/h.1.attn/delta_err_sum"})
+    if (ra.has_series(p)) CHECK(rb.series(p, 0, 250) == ra.series(p, 0, 250));
+  const auto ea = ra.events(), eb = rb.events();
+  REQUIRE(eb.size() == ea.size());
+  for (std::size_t i = 0; i < ea.size(); ++i) CHECK((eb[i].step == ea[i].step && eb[i].message == ea[i].message));
+}

@@ -6,7 +6,11 @@
 #include "lpdiag/trace/writer_lock.hpp"
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -78,6 +82,7 @@ struct Column {
   hsize_t width;  // 1 for [T], H for [T,H]
   Extract extract;
   std::vector<unsigned char> pending;
+  std::vector<unsigned char> flushing;  // background flush: the rows being written now
   hsize_t rows_on_disk = 0;
 };
 
@@ -102,9 +107,25 @@ struct TraceWriter::Impl {
   std::chrono::steady_clock::time_point last_flush = std::chrono::steady_clock::now();
   std::int64_t last_step = 0;
   bool any_step = false;
-  bool failed = false;
+  std::atomic<bool> failed{false};
   bool closed = false;
-  std::string error;
+  std::string error;  // written before `failed` is set
+  std::atomic<std::int64_t> committed{0};  // rows of /step on disk
+  // Background flush (TraceWriterOptions::background_flush): the flushing thread, its job flag
+  // and the buffers handed to it (each column's `flushing`, `flushing_events`).
+  std::thread flusher;
+  std::mutex job_mu;
+  std::condition_variable job_cv;
+  bool job = false, stop_flusher = false;
+  std::vector<schema::EventRow> flushing_events;
+  std::int64_t flushing_last_step = 0;
+  void start_flusher();
+  void wait_job();
+  void stop_flush_thread();
+  void hand_over();  // the buffered rows to the flushing thread
+  void write_rows(Column& c, std::vector<unsigned char>& buf);
+  void write_event_rows(std::vector<schema::EventRow>& rows);
+  void flush_buffers(bool handed);
   std::int64_t dropped = 0;
 
   void create(const TraceHeader& header);
@@ -115,7 +136,8 @@ struct TraceWriter::Impl {
   void write_events();
   void do_flush();
   void check_headroom() const;
-  void report_failure(const std::string& msg);
+  void report_failure(const std::string& msg, bool from_flusher = false);
+  ~Impl() { stop_flush_thread(); }
   // Forgets every HDF5 handle without closing it (nothing more is written) and drops the lock.
   void abandon();
 };
@@ -311,9 +333,11 @@ void TraceWriter::Impl::create(const TraceHeader& header) {
   publish();
 }
 
-void TraceWriter::Impl::write_column(Column& c) {
+void TraceWriter::Impl::write_column(Column& c) { write_rows(c, c.pending); }
+
+void TraceWriter::Impl::write_rows(Column& c, std::vector<unsigned char>& buf) {
   const std::size_t row_bytes = schema::elem_size(c.elem) * c.width;
-  const hsize_t n = c.pending.size() / row_bytes;
+  const hsize_t n = buf.size() / row_bytes;
   if (n == 0) return;
   const hsize_t new_rows = c.rows_on_disk + n;
   hsize_t dims[2] = {new_rows, c.width};
@@ -324,15 +348,17 @@ void TraceWriter::Impl::write_column(Column& c) {
               path, "selecting rows");
   h5::Handle mspace = h5::space_handle(H5Screate_simple(c.width == 1 ? 1 : 2, count, nullptr), h5::Failure::write,
                                        path, "memory space");
-  h5::checked(H5Dwrite(c.dset.get(), mem_type(c.elem), mspace.get(), fspace.get(), H5P_DEFAULT, c.pending.data()),
+  h5::checked(H5Dwrite(c.dset.get(), mem_type(c.elem), mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
               h5::Failure::write, path, "writing rows");
   c.rows_on_disk = new_rows;
-  c.pending.clear();
+  buf.clear();
 }
 
-void TraceWriter::Impl::write_events() {
-  if (pending_events.empty()) return;
-  const hsize_t n = pending_events.size();
+void TraceWriter::Impl::write_events() { write_event_rows(pending_events); }
+
+void TraceWriter::Impl::write_event_rows(std::vector<schema::EventRow>& rows) {
+  if (rows.empty()) return;
+  const hsize_t n = rows.size();
   hsize_t dims[1] = {events_on_disk + n};
   h5::checked(H5Dset_extent(events.get(), dims), h5::Failure::write, path, "extending /events");
   h5::Handle fspace = h5::space_handle(H5Dget_space(events.get()), h5::Failure::write, path, "event space");
@@ -340,10 +366,10 @@ void TraceWriter::Impl::write_events() {
   h5::checked(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr), h5::Failure::write,
               path, "selecting events");
   h5::Handle mspace = h5::space_handle(H5Screate_simple(1, count, nullptr), h5::Failure::write, path, "event space");
-  h5::checked(H5Dwrite(events.get(), event_type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, pending_events.data()),
+  h5::checked(H5Dwrite(events.get(), event_type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, rows.data()),
               h5::Failure::write, path, "writing events");
   events_on_disk += n;
-  pending_events.clear();
+  rows.clear();
 }
 
 // HDF5 records the end of its allocated space in the superblock before the data lands; a write
@@ -377,42 +403,104 @@ void TraceWriter::Impl::check_headroom() const {
                      "file-size limit, a flush may need " + std::to_string(need) + "); later records are dropped");
 }
 
-void TraceWriter::Impl::do_flush() {
+// `handed`: the buffers handed to the flushing thread; else the pending ones (in line).
+void TraceWriter::Impl::flush_buffers(bool handed) {
   check_headroom();
   // Phase 1: every dataset but /step, and the events. Phase 2: /step, the commit point.
-  for (Column& c : columns) write_column(c);
-  write_events();
+  for (Column& c : columns) write_rows(c, handed ? c.flushing : c.pending);
+  write_event_rows(handed ? flushing_events : pending_events);
   h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing records");
-  if (!step.pending.empty()) {
-    write_column(step);
+  auto& steps = handed ? step.flushing : step.pending;
+  if (!steps.empty()) {
+    write_rows(step, steps);
     h5::checked(H5Fflush(file.get(), H5F_SCOPE_LOCAL), h5::Failure::write, path, "flushing /step");
   }
+  committed = static_cast<std::int64_t>(step.rows_on_disk);
+}
+
+void TraceWriter::Impl::do_flush() {
+  flush_buffers(false);
   pending_rows = 0;
   last_flush = std::chrono::steady_clock::now();
 }
 
-void TraceWriter::Impl::report_failure(const std::string& msg) {
-  failed = true;
+void TraceWriter::Impl::start_flusher() {
+  flusher = std::thread([this] {
+    std::unique_lock<std::mutex> lk(job_mu);
+    for (;;) {
+      job_cv.wait(lk, [this] { return job || stop_flusher; });
+      if (!job) return;
+      lk.unlock();
+      if (!failed) {
+        try {
+          flush_buffers(true);
+        } catch (const Error& e) {
+          report_failure(e.what(), true);
+        }
+      }
+      lk.lock();
+      job = false;
+      job_cv.notify_all();
+    }
+  });
+}
+
+void TraceWriter::Impl::wait_job() {
+  std::unique_lock<std::mutex> lk(job_mu);
+  job_cv.wait(lk, [this] { return !job; });
+}
+
+void TraceWriter::Impl::hand_over() {
+  wait_job();  // the previous flush is done: its buffers are empty again
+  pending_rows = 0;
+  last_flush = std::chrono::steady_clock::now();
+  if (failed) return;
+  for (Column& c : columns) c.pending.swap(c.flushing);
+  step.pending.swap(step.flushing);
+  pending_events.swap(flushing_events);
+  flushing_last_step = last_step;
+  {
+    std::lock_guard<std::mutex> lk(job_mu);
+    job = true;
+  }
+  job_cv.notify_all();
+}
+
+void TraceWriter::Impl::stop_flush_thread() {
+  if (!flusher.joinable()) return;
+  wait_job();
+  {
+    std::lock_guard<std::mutex> lk(job_mu);
+    stop_flusher = true;
+  }
+  job_cv.notify_all();
+  flusher.join();
+}
+
+void TraceWriter::Impl::report_failure(const std::string& msg, bool from_flusher) {
   error = msg;
+  failed = true;
   if (opt.on_error) opt.on_error(msg);
   else std::cerr << "lpdiag: trace writer stopped: " << msg << "\n";
-  // Record the failure in the file if it still takes writes (it often will not).
+  // Record the failure in the file if it still takes writes (it often will not). The flushing
+  // thread touches only its own buffers: the caller's pending rows are dropped at close.
   try {
-    for (Column& c : columns) c.pending.clear();
-    step.pending.clear();
+    for (Column& c : columns) (from_flusher ? c.flushing : c.pending).clear();
+    (from_flusher ? step.flushing : step.pending).clear();
+    if (from_flusher) flushing_events.clear();
     schema::EventRow e{};
-    e.step = last_step;
+    e.step = from_flusher ? flushing_last_step : last_step;
     std::strncpy(e.kind, "writer_error", sizeof e.kind - 1);
     e.layer_index = -1;
     e.head = -1;
     e.value = std::nan("");
     std::strncpy(e.message, msg.c_str(), sizeof e.message - 1);
-    pending_events.assign(1, e);
-    write_events();
+    std::vector<schema::EventRow> one(1, e);
+    write_event_rows(one);
     H5Fflush(file.get(), H5F_SCOPE_LOCAL);
   } catch (const Error&) {
   }
-  pending_events.clear();
+  if (!from_flusher) pending_events.clear();
   H5Eclear2(H5E_DEFAULT);
 }
 
@@ -439,6 +527,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceLayout& layout, con
     if (impl_->lock || impl_->build_lock) impl_->abandon();
     throw;
   }
+  if (impl_->opt.background_flush) impl_->start_flusher();
 }
 
 TraceWriter::~TraceWriter() {
@@ -514,6 +603,10 @@ void TraceWriter::flush() {
     return;
   }
   if (s.closed) return;
+  if (s.flusher.joinable()) {
+    s.hand_over();
+    return;
+  }
   try {
     s.do_flush();
   } catch (const Error& e) {
@@ -522,9 +615,17 @@ void TraceWriter::flush() {
   }
 }
 
+void TraceWriter::sync() {
+  flush();
+  Impl& s = *impl_;
+  if (s.flusher.joinable()) s.wait_job();
+  if (s.failed && s.opt.stop_on_error) throw WriteError(s.path + ": " + s.error);
+}
+
 void TraceWriter::close() {
   Impl& s = *impl_;
   if (s.closed) return;
+  s.stop_flush_thread();  // what it was writing lands first; the rest is flushed here, in line
   flush();
   s.closed = true;
   if (s.failed) {
@@ -546,7 +647,7 @@ const TraceLayout& TraceWriter::layout() const { return impl_->layout; }
 const std::string& TraceWriter::path() const { return impl_->path; }
 bool TraceWriter::failed() const { return impl_->failed; }
 const std::string& TraceWriter::error() const { return impl_->error; }
-std::int64_t TraceWriter::records_committed() const { return static_cast<std::int64_t>(impl_->step.rows_on_disk); }
+std::int64_t TraceWriter::records_committed() const { return impl_->committed; }
 std::int64_t TraceWriter::records_dropped() const { return impl_->dropped; }
 
 }  // namespace lpdiag

@@ -28,6 +28,12 @@ struct TraceWriterOptions {
   // possible, drop later records and keep training; true = throw WriteError from append/flush.
   bool stop_on_error = false;
   std::function<void(const std::string&)> on_error;  // default: one line on stderr
+  // Write each flush on a thread of the writer's own: flush() hands the buffered rows over and
+  // returns, and the caller goes on buffering the next ones (it waits only when the previous
+  // flush has not finished). Every HDF5 call is then made on that thread. close() and sync()
+  // wait until everything is on disk. A write failure is seen at the next append, flush or
+  // close. The Monitor writes this way: its record() never waits for the disk.
+  bool background_flush = false;
 };
 
 class TraceWriter {
@@ -44,6 +50,8 @@ class TraceWriter {
   void append(const TraceRecord& record);
   void add_event(const TraceEvent& event);
   void flush();
+  // flush(), then wait until the rows are on disk (the same as flush() without background_flush).
+  void sync();
   void close();
   // Takes effect from the next append. Throws InvalidArgument when `records` < 1.
   void set_flush_every(int records);
