@@ -456,9 +456,12 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   }
   using clock = std::chrono::steady_clock;
   auto t_mark = clock::now();
+  // The first records set things up (the trace, graph captures, the power iterations' first
+  // convergence): the split counts the steady state after them.
+  const bool timed = records_ >= kUntimedRecords;
   auto lap = [&](int part) {
     const auto now = clock::now();
-    host_ms_[part] += std::chrono::duration<double, std::milli>(now - t_mark).count();
+    if (timed) host_ms_[part] += std::chrono::duration<double, std::milli>(now - t_mark).count();
     t_mark = now;
   };
   finish_pending(step + 1);  // the previous step's statistics have long landed
@@ -566,7 +569,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
   ++records_;
   if (!stream_ || stop) finish_pending(step + 1);  // in line, or a run that stops here
   lap(4);
-  ++timed_records_;
+  if (timed) ++timed_records_;
   if (stop) {
     writer_->sync();  // the run stops here: everything on disk before record() says so
     return false;

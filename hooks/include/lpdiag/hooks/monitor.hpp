@@ -85,7 +85,8 @@ class Monitor : public torch::CustomClassHolder {
   // attention calls of layer l pass layer_base() + l.
   int64_t layer_base() const { return session_base_; }
   int64_t records() const { return records_; }
-  // The host time record() took, per record on average, by part (JSON, milliseconds): "total";
+  // The host time record() took, per record on average after the first kUntimedRecords, by part
+  // (JSON, milliseconds): "total";
   // "land" (the previous record's statistics landing and its append to the trace), "prepare"
   // (the new record and its scalars), "counters" (taking the attention counters), "stats" (the
   // weight, update and activation statistics launched), "rest". A number to log beside a run's
@@ -110,6 +111,7 @@ class Monitor : public torch::CustomClassHolder {
   std::vector<int64_t> guarded_layers() const;
 
  private:
+  static constexpr int64_t kUntimedRecords = 10;
   void run_alarm(const TraceRecord& r);
   std::unique_ptr<alarm::AlarmDetector> detector_ = std::make_unique<alarm::AlarmDetector>();
   std::function<void(const alarm::Alarm&)> on_alarm_;
