@@ -50,6 +50,12 @@ rc, out, _ = alarm(f"{fx}/seed/gpt2-fp32-1e-3-5k.h5", "--json")
 j = json.loads(out)
 check(rc == 0 and j["sees"]["attention_counters"] is False and "cannot be seen" in (j["blind_spot"] or ""), "fp32: the blind spot named")
 
+# watch runs the same alarm on a trace as it grows (here a finished one: read once, then the close).
+p = subprocess.run([cli, "watch", f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--idle-exit", "1"], capture_output=True, text=True,
+                   timeout=120)
+line = next((x for x in p.stdout.splitlines() if "ALARM at step" in x), "")
+check(p.returncode == 1 and "ALARM at step 2440: growth: layer 2 head 1" in line, f"watch prints the alarm first seen by alarm: {line!r}")
+
 # Unusable input: exit 2 and one line naming the file.
 rc, out, err = alarm(f"{fx}/no-such.h5", "--json")
 check(rc == 2 and "no-such.h5" in err, f"missing file: exit 2 ({rc}, {err.strip()})")
