@@ -39,10 +39,11 @@ for s in "$@"; do
       for rep in 1 2; do
         for cfg in "plain --attention sdpa --no-monitor" "obs50 --attention sdpa --observe-every 50" \
                    "obs50w10 --attention sdpa --observe-every 50 --weights-every 10" \
+                   "obs50w10na --attention sdpa --observe-every 50 --weights-every 10 --no-activations" \
                    "obs0w10 --attention sdpa --observe-every 0 --weights-every 10" \
                    "obs1w10 --attention sdpa --observe-every 1 --weights-every 10"; do
           set -- $cfg; n=$1; shift
-          timeout 120 $G --steps 110 --timed-from 10 --log-every 1000 "$@" --out "$OUT/ab-$n-$rep.h5" --overwrite >"$OUT/ab-$n-$rep.log" 2>&1
+          timeout 120 $G --steps 210 --timed-from 10 --log-every 1000 "$@" --out "$OUT/ab-$n-$rep.h5" --overwrite >"$OUT/ab-$n-$rep.log" 2>&1
           echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/ab-$n-$rep.log") $(grep -E "host time" "$OUT/ab-$n-$rep.log")"
         done
       done

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 import lpdiag
+import toy_gpt
 from check_helpers import check, finish
 from test_seed import seed as test_seed
 
@@ -32,31 +33,8 @@ def op_attention(q, k, v, is_causal=False):
     return lpdiag.attention(q, k, v, causal=is_causal)
 
 
-class Attn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn, self.n_head = fn, H
-        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-
-    def forward(self, x):
-        B = x.shape[0]
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for t in self.c_attn(x).split(C, 2))
-        return self.c_proj(self.fn(q, k, v, is_causal=True).transpose(1, 2).float().reshape(B, T, C))
-
-
-class Model(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        torch.manual_seed(SEED)
-        self.emb = nn.Embedding(V, C)
-        self.layers = nn.ModuleList(Attn(fn) for _ in range(2))
-        self.head = nn.Linear(C, V)
-
-    def forward(self, idx):
-        x = self.emb(idx)
-        for a in self.layers:
-            x = x + a(x)
-        return self.head(x)
+def Model(fn):
+    return toy_gpt.Model(fn, SEED, C, H, T, V)
 
 
 def train(path, fn=op_attention, **kw):

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 import lpdiag
+import toy_gpt
 from check_helpers import check, finish
 from test_seed import seed as test_seed
 
@@ -50,33 +51,8 @@ def math_attention(q, k, v, is_causal=False, scale=None, attn_mask=None, round_u
     return o.to(torch.bfloat16)
 
 
-class Attn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-        self.n_head = H
-        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-
-    def forward(self, x):
-        B = x.shape[0]
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for t in self.c_attn(x).split(C, 2))
-        y = self.fn(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).float().reshape(B, T, C))
-
-
-class Model(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        torch.manual_seed(SEED)
-        self.emb = nn.Embedding(V, C)
-        self.layers = nn.ModuleList(Attn(fn) for _ in range(2))
-        self.head = nn.Linear(C, V)
-
-    def forward(self, idx):
-        x = self.emb(idx)
-        for a in self.layers:
-            x = x + a(x)
-        return self.head(x)
+def Model(fn):
+    return toy_gpt.Model(fn, SEED, C, H, T, V)
 
 
 def train(model, steps, mon=None):
@@ -142,7 +118,7 @@ check("rounding to nearest: errors of both signs", near[1] > 0 and near[2] > 0, 
 masked = lpdiag.observed(lambda q, k, v, **kw: math_attention(q, k, v, attn_mask=kw.pop("attn_mask"), **kw), name="masked")
 
 
-class MaskedAttn(Attn):
+class MaskedAttn(toy_gpt.Attn):
     def forward(self, x):
         B = x.shape[0]
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2).to(torch.bfloat16) for t in self.c_attn(x).split(C, 2))
@@ -151,7 +127,7 @@ class MaskedAttn(Attn):
 
 
 m = Model(math_attention)
-m.layers = nn.ModuleList(MaskedAttn(math_attention) for _ in range(2))
+m.layers = nn.ModuleList(MaskedAttn(math_attention, C, H, T) for _ in range(2))
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     with lpdiag.Monitor(os.path.join(tmp, "masked.h5"), m, observe_every=1) as mon:
