@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
       "lpdiag"};
   app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 success, 1 finding (a failed run, bias or a chain), 2 unusable input or failure.");
+  app.footer("Exit codes: 0 success, 1 finding (a failed run, bias, a chain or an alarm), 2 unusable input or failure.");
 
   std::vector<Registration> commands;
   commands.push_back(register_info(app));
