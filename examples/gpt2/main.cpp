@@ -188,6 +188,8 @@ int train(int argc, char** argv) {
   auto t_steady = t0;
   double record_secs = 0;  // host time inside Monitor::record over the steady state
   double copy_secs = 0;    // host time in the batch's copy to the device, which waits for the last step
+  auto t_log = t0;
+  int64_t log_step = 0;
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
                                         : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
@@ -221,8 +223,17 @@ int train(int argc, char** argv) {
       std::printf("step %lld: loss is not finite; stopping as configured\n", (long long)step);
       break;
     }
-    if (step % log_every == 0 || step == steps - 1)
-      std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f\n", (long long)step, loss.item<double>(), step_lr, grad_norm.item<double>());
+    if (step % log_every == 0 || step == steps - 1) {
+      // The wall time per step since the last log line (the loss read waits for the device): a
+      // guarded run's cost after its switch shows here.
+      const double l = loss.item<double>();
+      const auto now = std::chrono::steady_clock::now();
+      std::printf("step %5lld  loss %.4f  lr %.2e  grad_norm %.3f", (long long)step, l, step_lr, grad_norm.item<double>());
+      if (step > log_step)
+        std::printf("  %.1f ms/step", 1e3 * std::chrono::duration<double>(now - t_log).count() / double(step - log_step));
+      std::printf("\n");
+      t_log = now, log_step = step;
+    }
   }
   // The steady state ends with the last step: closing the trace (its final flush) happens once
   // per run and is reported on its own, not spread over the timed steps.

@@ -1,8 +1,11 @@
 #include "lpdiag/hooks/attention_op.hpp"
 #include "lpdiag/hooks/guard.hpp"
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "lpdiag/attention/attention_spec.hpp"
 #include "lpdiag/attention/engine.hpp"
@@ -218,11 +221,42 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
+// A layer the guard switched to fp32, on the GPU: PyTorch's own fp32 attention of the same
+// inputs, with autograd, returned in q's dtype. lpdiag's fp32 CUDA kernels are the counters'
+// CUDA-core reference and far too slow for a training step (on the H100, one GPT-2-small layer in
+// them took the step from 72.8 to 137 ms). The guarded layer's counters stop at the switch, which
+// the trace's guard_switch event records. Empty where the call is not a GPU layer guarded to fp32.
+std::optional<torch::Tensor> guarded_fp32_on_gpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                 const std::string& spec, int64_t layer_index) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  if (!q.defined() || !q.is_cuda() || layer_index < 0) return std::nullopt;
+  const std::string run = GuardBoard::instance().resolve(layer_index, spec);
+  if (run == spec) return std::nullopt;
+  const AttentionSpec s = attention_spec_from_json(run);
+  if (s.policy() != "fp32") return std::nullopt;
+  check_tensor(q, "q", q), check_tensor(k, "k", q), check_tensor(v, "v", q);
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // fp32 stays fp32
+  const double scale = s.config.scale > 0 ? s.config.scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const torch::Tensor o = at::scaled_dot_product_attention(q.to(torch::kFloat32), k.to(torch::kFloat32), v.to(torch::kFloat32), {},
+                                                           0.0, s.config.causal, scale);
+  return o.to(q.scalar_type());
+#else
+  (void)q, (void)k, (void)v, (void)spec, (void)layer_index;
+  return std::nullopt;  // LibTorch before 2.1 has no SDPA with a scale: the guarded layer runs lpdiag's fp32 kernels
+#endif
+}
+
+torch::Tensor apply_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const std::string& spec,
+                              int64_t layer_index) {
+  if (auto o = guarded_fp32_on_gpu(q, k, v, spec, layer_index)) return *o;
+  return AttentionFunction::apply(q, k, v, spec, layer_index);
+}
+
 }  // namespace
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const AttentionSpec& spec,
                         int64_t layer_index) {
-  return AttentionFunction::apply(q, k, v, spec.to_json(), layer_index);
+  return apply_attention(q, k, v, spec.to_json(), layer_index);
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
@@ -238,7 +272,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 
 torch::Tensor attention_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, c10::string_view spec,
                                  int64_t layer_index) {
-  return AttentionFunction::apply(q, k, v, std::string(spec), layer_index);
+  return apply_attention(q, k, v, std::string(spec), layer_index);
 }
 
 }  // namespace lpdiag::hooks

@@ -2,6 +2,9 @@
 # One device call: GPT-2 small, seed-mma/none at lr 1e-3 (the reproduction's failing arm, same
 # config, seed and data order as its unguarded runs) with the Monitor's guard, 5,000 steps.
 #   scripts/lab/guard_gpu.sh        SEED (1), GUARD (fp32), RUN_LIMIT (430 s); needs corpus/kjv.txt (carry it)
+# MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
+# steps timed from step 60: the same config with --guard fp32 and no switch, and with layer 1
+# switched at step 50 (--guard-at 50:1); for lpdiag's seed-mma kernels and for PyTorch's SDPA.
 # Logs, the alarms, analyze's verdict and the trace (split in 15 MB parts: cat guard-*.h5.part-* > trace) under $OUT.
 set -u
 OUT=${OUT:-out/guard}
@@ -10,10 +13,24 @@ B=build-gpu
 if [ ! -f $B/build.ninja ]; then source "$(dirname "$0")/gpu_configure.sh"; fi
 echo "== build $(date +%T)"
 ninja -C $B lpdiag_torch lpdiag_cli gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --autocast"
+if [ "${MODE:-run}" = cost ]; then
+  echo "== guard cost A/B $(date +%T)"
+  for rep in 1 2; do
+    for cfg in "mma-none --policy seed-mma:tile=512 --guard fp32" "mma-sw50 --policy seed-mma:tile=512 --guard fp32 --guard-at 50:1" \
+               "sdpa-none --attention sdpa --guard fp32" "sdpa-sw50 --attention sdpa --guard fp32 --guard-at 50:1"; do
+      set -- $cfg; n=$1; shift
+      timeout 120 $G --steps 160 --timed-from 60 --log-every 1000 --weights-every 10 --no-activations "$@" --out "$OUT/cost-$n-$rep.h5" \
+        --overwrite >"$OUT/cost-$n-$rep.log" 2>&1
+      echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/cost-$n-$rep.log" | cut -c1-60)"
+      { echo "=== $n rep $rep"; cat "$OUT/cost-$n-$rep.log"; } >>"$OUT/guard-cost.log"; rm -f "$OUT/cost-$n-$rep."*
+    done
+  done
+  exit 0
+fi
 seed=${SEED:-1}; guard=${GUARD:-fp32}; name=guard-$guard-s$seed
 echo "== run $name $(date +%T)"
-timeout -s TERM "${RUN_LIMIT:-430}" $B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 \
-  --batch 16 --autocast --weight-decay 0 --text corpus/kjv.txt --level full --full-every 50 --compression 6 --flush-every 50 \
+timeout -s TERM "${RUN_LIMIT:-430}" $G --weight-decay 0 --text corpus/kjv.txt --level full --full-every 50 --compression 6 --flush-every 50 \
   --log-every 250 --weights-every 10 --no-activations --warmup 200 --steps 5000 --seed "$seed" --lr 1e-3 \
   --policy seed-mma:tile=512 --guard "$guard" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
 echo "rc=$? $(date +%T)"
