@@ -47,6 +47,7 @@ for s in "$@"; do
                    "obs0w10na --attention sdpa --observe-every 0 --weights-every 10 --no-activations" \
                    "obs1w10na --attention sdpa --observe-every 1 --weights-every 10 --no-activations"; do
           set -- $cfg; n=$1; shift
+          case " ${AB_ONLY:-$n} " in *" $n "*) ;; *) continue ;; esac  # AB_ONLY: a subset of the configs, by name
           timeout 120 $G --steps 160 --timed-from 10 --log-every 1000 "$@" --out "$OUT/ab-$n-$rep.h5" --overwrite >"$OUT/ab-$n-$rep.log" 2>&1
           echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/ab-$n-$rep.log") $(grep -E "host time" "$OUT/ab-$n-$rep.log")"
           { echo "=== $n rep $rep"; cat "$OUT/ab-$n-$rep.log"; } >>"$OUT/ab.log"; rm -f "$OUT/ab-$n-$rep".*
