@@ -40,6 +40,22 @@ j = json.loads(out)
 check(rc == 1 and j["alarm"]["kind"] == "growth" and j["alarm"]["layer_index"] == 1 and j["alarm"]["step"] <= 4560 - 300,
       f"seed 3: growth alarm in layer 1 >= 300 steps before 4560: {j['alarm']}")
 
+# Seed 3 again, made after the thresholds were frozen, with --guard fp32 (the H100): the live alarm
+# named layer 1 head 0 (the head that failed in the unguarded run) at step 4060 and the guard
+# switched layer 1 to fp32; the run did not fail. The trace holds the alarm and the switch, and
+# replaying it raises the same alarm.
+guarded = f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s3-guarded.h5"
+p = subprocess.run([cli, "analyze", guarded, "--json"], capture_output=True, text=True)
+j = json.loads(p.stdout)
+check([(a["step"], a["layer_index"], a["head"]) for a in j["alarms"]] == [(4060, 1, 0)], f"guarded: the live alarm recorded: {j['alarms']}")
+check([(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]] == [(4060, 1, True)],
+      f"guarded: layer 1 switched at 4060: {j['guard_switches']}")
+check(j["run"]["healthy"] is True and j["run"]["failure"] is None, f"guarded: the run did not fail ({j['run']['failure']})")
+rc, out, _ = alarm(guarded, "--json")
+j = json.loads(out)
+check(rc == 1 and (j["alarm"]["step"], j["alarm"]["layer_index"], j["alarm"]["head"]) == (4060, 1, 0),
+      f"guarded: the replay raises the live alarm: {j['alarm']}")
+
 # A healthy bf16 run: no alarm, exit 0.
 rc, out, _ = alarm(f"{fx}/real/healthy.h5", "--json")
 j = json.loads(out)

@@ -5,7 +5,8 @@
 //   alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json]
 // Targets: an alarm >= 300 steps before every late failure, naming its layer; an alarm no later
 // than 200 steps after the onset of every early failure (a collapse takes up to ~160 steps to
-// reach one-hot logits after its rise begins); no alarm on a healthy run.
+// reach one-hot logits after its rise begins); no alarm on a healthy run; on a run the live alarm
+// guarded, the replay raises that alarm's layer no later.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -50,6 +51,9 @@ bool meets(const Run& r, const Outcome& o) {
   if (r.cls == "healthy") return !o.alarmed;
   if (!o.alarmed) return false;
   if (r.cls == "late_failure") return r.onset - o.first.step >= 300 && o.first.layer_index == r.layer;
+  // A run the live alarm guarded (onset: the live alarm's step): its replay names the guarded
+  // layer no later than the live alarm did.
+  if (r.cls == "guarded") return o.first.step <= r.onset && o.first.layer_index == r.layer;
   return o.first.step <= r.onset + 200;
 }
 
