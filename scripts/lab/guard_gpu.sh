@@ -3,8 +3,10 @@
 # config, seed and data order as its unguarded runs) with the Monitor's guard, 5,000 steps.
 #   scripts/lab/guard_gpu.sh        SEED (1), GUARD (fp32), RUN_LIMIT (430 s); needs corpus/kjv.txt (carry it)
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
-# steps timed from step 60: the same config with --guard fp32 and no switch, and with layer 1
-# switched at step 50 (--guard-at 50:1); for lpdiag's seed-mma kernels and for PyTorch's SDPA.
+# steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
+# logits collapse within 50 steps and the alarm switches them all): the same config with --guard
+# fp32 and no switch, and with layer 1 switched at step 50 (--guard-at 50:1); for lpdiag's
+# seed-mma kernels and for PyTorch's SDPA.
 # Logs, the alarms, analyze's verdict and the trace (split in 15 MB parts: cat guard-*.h5.part-* > trace) under $OUT.
 set -u
 OUT=${OUT:-out/guard}
@@ -20,7 +22,8 @@ if [ "${MODE:-run}" = cost ]; then
     for cfg in "mma-none --policy seed-mma:tile=512 --guard fp32" "mma-sw50 --policy seed-mma:tile=512 --guard fp32 --guard-at 50:1" \
                "sdpa-none --attention sdpa --guard fp32" "sdpa-sw50 --attention sdpa --guard fp32 --guard-at 50:1"; do
       set -- $cfg; n=$1; shift
-      timeout 120 $G --steps 160 --timed-from 60 --log-every 1000 --weights-every 10 --no-activations "$@" --out "$OUT/cost-$n-$rep.h5" \
+      timeout 120 $G --steps 160 --timed-from 60 --log-every 1000 --weights-every 10 --no-activations --lr 1e-3 --warmup 200 \
+        --text corpus/kjv.txt "$@" --out "$OUT/cost-$n-$rep.h5" \
         --overwrite >"$OUT/cost-$n-$rep.log" 2>&1
       echo "$n rep $rep rc=$? $(grep -E "^steady" "$OUT/cost-$n-$rep.log" | cut -c1-60)"
       { echo "=== $n rep $rep"; cat "$OUT/cost-$n-$rep.log"; } >>"$OUT/guard-cost.log"; rm -f "$OUT/cost-$n-$rep."*
