@@ -18,7 +18,7 @@ struct Config {
   // --attention sdpa: observe this step's attention calls (lpdiag::hooks::observe_call) as layer
   // ids layer_base + layer, looking at observe_rows query rows per head.
   bool observe_now = false;
-  int64_t layer_base = 0, observe_rows = 4096;
+  int64_t layer_base = 0, observe_rows = 1024;
   // --attention sdpa under --guard: this block's attention runs in fp32 since the Monitor's alarm
   // named its layer (the op's layers are switched by the op itself).
   bool guard_fp32 = false;

@@ -65,7 +65,7 @@ class Monitor:
     Observing a kernel lpdiag did not write (lpdiag.observed, lpdiag.observe_sdpa): observe_every
     (N, default 50: the first step and every N-th are observed; 0: never), observe_layers and
     observe_heads (lists: a subset; None: all), observe_rows (query rows per head an observed
-    call looks at, the leading batch elements that hold them; default 4096; 0: all).
+    call looks at, the leading batch elements that hold them; default 1024; 0: all).
     The online alarm (docs/reference/analyzers.md) runs on every record: alarm (True), on_alarm (a
     callable given each alarm as a dict {step, kind, layer_index, head, evidence, guarded}, called
     from record(); what it raises is printed and training goes on), guard ("fp32", "sr", "paper"
@@ -75,7 +75,7 @@ class Monitor:
 
     def __init__(self, path, model, *, n_head=None, roles=None, cadence=None, flush_every=None, compression=None,
                  stop_on_nan=False, policy=None, fix="none", run_config=None, activations=None, level="counters",
-                 full_every=25, overwrite=False, observe_every=50, observe_layers=None, observe_heads=None, observe_rows=4096,
+                 full_every=25, overwrite=False, observe_every=50, observe_layers=None, observe_heads=None, observe_rows=1024,
                  alarm=True, on_alarm=None, guard=None):
         load()
         self._guard = check_guard(guard)

@@ -28,7 +28,7 @@ void observe_backward(const torch::Tensor& dout, const torch::Tensor& o_error, i
 // The C++ entry: observes a call whose output `o` the caller computed with its own kernel, and,
 // when o requires grad, the backward too (a hook on o reads dO and returns nothing).
 void observe_call(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& o, bool causal,
-                  double scale, int64_t layer, const std::string& name, int64_t max_rows = 4096, int64_t head_mask = 0);
+                  double scale, int64_t layer, const std::string& name, int64_t max_rows = 1024, int64_t head_mask = 0);
 
 // The observer as a measurement: one call's per-head statistics, (Hq, 14) float64 on the CPU,
 // columns as kObservedStatColumns (dout undefined or empty: no delta columns). Every row observed.
