@@ -2,6 +2,7 @@
 # One device call: GPT-2 small, seed-mma/none at lr 1e-3 (the reproduction's failing arm, same
 # config, seed and data order as its unguarded runs) with the Monitor's guard, 5,000 steps.
 #   scripts/lab/guard_gpu.sh        SEED (1), GUARD (fp32), RUN_LIMIT (430 s); needs corpus/kjv.txt (carry it)
+# MODE=repro: whether the same seed gives the same run twice in one build on one card.
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
 # steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
 # logits collapse within 50 steps and the alarm switches them all): the same config with --guard
@@ -30,6 +31,19 @@ if [ "${MODE:-run}" = cost ]; then
     done
   done
   exit 0
+fi
+if [ "${MODE:-run}" = repro ]; then
+  # Whether one build on one card gives the same run twice: two 300-step runs of the failing config,
+  # same seed, their losses compared bit for bit (a guarded arm and its unguarded arm can then be
+  # paired exactly up to the switch, across calls on the same kind of card).
+  for rep in 1 2; do
+    timeout 120 $G --steps 300 --log-every 1 --weights-every 10 --no-activations --lr 1e-3 --warmup 200 --text corpus/kjv.txt \
+      --seed "${SEED:-3}" --policy seed-mma:tile=512 --no-monitor >"$OUT/repro-$rep.log" 2>&1
+  done
+  for rep in 1 2; do awk '/^step/ {print $2, $4, $8}' "$OUT/repro-$rep.log" >"$OUT/repro-$rep.steps"; done
+  if cmp -s "$OUT/repro-1.steps" "$OUT/repro-2.steps"; then echo "repro: losses and grad norms identical as printed over 300 steps"; else
+    echo "repro: differ, first at: $(diff "$OUT/repro-1.steps" "$OUT/repro-2.steps" | head -3 | tr '\n' ' ')"; fi
+  rm -f "$OUT"/repro-*.steps; exit 0
 fi
 seed=${SEED:-1}; guard=${GUARD:-fp32}; name=guard-$guard-s$seed
 echo "== run $name $(date +%T)"
