@@ -56,6 +56,26 @@ j = json.loads(out)
 check(rc == 1 and (j["alarm"]["step"], j["alarm"]["layer_index"], j["alarm"]["head"]) == (4060, 1, 0),
       f"guarded: the replay raises the live alarm: {j['alarm']}")
 
+# Seed 7, both made after the freeze on one H200 with one build, one call after the other. Without
+# the guard the loss exploded from step 4336, and the live alarm had named layer 1 (head 3) at
+# step 3280; with --guard fp32 the live alarm named layer 1 (head 0) at step 2890, layer 1 ran in
+# fp32 from then on, and the run did not fail. (The two runs are not the same trajectory up to the
+# switch: the build is not bit-reproducible run to run, docs/results/alarm.md.)
+unguarded7 = f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s7.h5"
+j = json.loads(subprocess.run([cli, "analyze", unguarded7, "--json"], capture_output=True, text=True).stdout)
+check(j["run"]["failure"] is not None and [(a["step"], a["layer_index"], a["head"]) for a in j["alarms"]][:1] == [(3280, 1, 3)],
+      f"seed 7 unguarded: failed ({j['run']['failure']}), live alarm in layer 1 first: {j['alarms'][:1]}")
+check(j["guard_switches"] == [] and all("switched" not in a for a in j["alarms"]),
+      f"seed 7 unguarded: no guard, so no switch is reported: {j['guard_switches']} {j['alarms']}")
+rc, out, _ = alarm(unguarded7, "--json")
+j = json.loads(out)
+check(rc == 1 and j["alarm"]["layer_index"] == 1 and j["alarm"]["step"] <= 4336 - 300,
+      f"seed 7 unguarded: the replay warns in layer 1 >= 300 steps before 4336: {j['alarm']}")
+j = json.loads(subprocess.run([cli, "analyze", f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s7-guarded.h5", "--json"], capture_output=True,
+                              text=True).stdout)
+check([(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]] == [(2890, 1, True)] and j["run"]["failure"] is None,
+      f"seed 7 guarded: layer 1 switched at 2890, no failure: {j['guard_switches']} {j['run']['failure']}")
+
 # A healthy bf16 run: no alarm, exit 0.
 rc, out, _ = alarm(f"{fx}/real/healthy.h5", "--json")
 j = json.loads(out)

@@ -6,7 +6,7 @@
 // Targets: an alarm >= 300 steps before every late failure, naming its layer; an alarm no later
 // than 200 steps after the onset of every early failure (a collapse takes up to ~160 steps to
 // reach one-hot logits after its rise begins); no alarm on a healthy run; on a run the live alarm
-// guarded, the replay raises that alarm's layer no later.
+// guarded, the replay raises that alarm's layer no later (at the first record kept at or after it).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -52,8 +52,17 @@ bool meets(const Run& r, const Outcome& o) {
   if (!o.alarmed) return false;
   if (r.cls == "late_failure") return r.onset - o.first.step >= 300 && o.first.layer_index == r.layer;
   // A run the live alarm guarded (onset: the live alarm's step): its replay names the guarded
-  // layer no later than the live alarm did.
-  if (r.cls == "guarded") return o.first.step <= r.onset && o.first.layer_index == r.layer;
+  // layer no later than the live alarm did, or, where the packed trace dropped that step's record,
+  // at the first record kept after it.
+  if (r.cls == "guarded") {
+    std::int64_t first_kept = r.onset;
+    for (const auto& rec : r.recs)
+      if (rec.step >= r.onset) {
+        first_kept = rec.step;
+        break;
+      }
+    return o.first.step <= first_kept && o.first.layer_index == r.layer;
+  }
   return o.first.step <= r.onset + 200;
 }
 

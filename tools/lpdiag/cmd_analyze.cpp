@@ -79,11 +79,12 @@ int run_analyze(const AnalyzeArgs& a) {
     j["summary"] = verdict_summary(run.c, run.numerics, cmp);
     j["alarms"] = nlohmann::json::array();
     j["guard_switches"] = nlohmann::json::array();
-    for (const auto& e : run.alarm_events)
-      (e.kind == "alarm" ? j["alarms"] : j["guard_switches"])
-          .push_back({{"step", e.step}, {"layer_index", e.layer_index >= 0 ? nlohmann::json(e.layer_index) : nlohmann::json()},
-                      {"head", e.head >= 0 ? nlohmann::json(e.head) : nlohmann::json()}, {"switched", e.kind != "guard_failed"},
-                      {"message", e.message}});
+    for (const auto& e : run.alarm_events) {
+      nlohmann::json o = {{"step", e.step}, {"layer_index", e.layer_index >= 0 ? nlohmann::json(e.layer_index) : nlohmann::json()},
+                          {"head", e.head >= 0 ? nlohmann::json(e.head) : nlohmann::json()}, {"message", e.message}};
+      if (e.kind != "alarm") o["switched"] = e.kind != "guard_failed";  // a guard's event: whether the layer switched
+      (e.kind == "alarm" ? j["alarms"] : j["guard_switches"]).push_back(std::move(o));
+    }
     std::cout << j.dump(2) << "\n";
     return verdict_exit_code(run.c);
   }
