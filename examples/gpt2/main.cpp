@@ -40,7 +40,7 @@ int train(int argc, char** argv) {
   std::string device = "cpu";
   bool no_monitor = false, overwrite = false;
   int64_t observe_every = 50;
-  int64_t timed_from = 10, weights_every = 1;
+  int64_t timed_from = 10, weights_every = 10;
   app.add_option("--device", device, "cpu or cuda (cuda runs the op's CUDA kernels)")->capture_default_str();
   app.add_option("--attention", cfg.attention,
                  "lpdiag (the op), sdpa (PyTorch's own in bf16, LibTorch >= 2) or sdpa-fp32 (PyTorch's own in fp32: the counterfactual)")

@@ -36,14 +36,14 @@ for s in "$@"; do
     ab)
       # Interleaved, two repetitions, 150 steps timed from step 10: PyTorch's SDPA without lpdiag;
       # with the Monitor and the observer every 50 steps (steps 50, 100, 150 observed) at
-      # gpt2_train's defaults (weights, updates and block outputs every step); with weights every
-      # 10 and no block outputs; with weights every step and no block outputs (the Python Monitor's
-      # defaults); the same observing 1,024 query rows per head (the default); the
+      # gpt2_train's defaults (weights and updates every 10 steps, block outputs every step); with
+      # weights every step and no block outputs; with weights every 10 and no block outputs (the
+      # Python Monitor's defaults); the same naming 1,024 query rows per head (the default); the
       # Monitor alone; every step observed (an observed step's own cost).
       stage "gpt2 step A/B"
       for rep in 1 2; do
         for cfg in "plain --attention sdpa --no-monitor" "obs50 --attention sdpa --observe-every 50" \
-                   "obs50na --attention sdpa --observe-every 50 --no-activations" \
+                   "obs50na --attention sdpa --observe-every 50 --weights-every 1 --no-activations" \
                    "obs50w10na --attention sdpa --observe-every 50 --weights-every 10 --no-activations" \
                    "obs50w10nar1k --attention sdpa --observe-every 50 --weights-every 10 --no-activations --observe-rows 1024" \
                    "obs0w10na --attention sdpa --observe-every 0 --weights-every 10 --no-activations" \

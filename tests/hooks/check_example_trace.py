@@ -1,6 +1,8 @@
 """An example's trace (Python or C++) holds every signal its Monitor was given, read with h5py
-(an independent reader): per record the loss, the attention counters, the weight norms and, from the
-forward hooks, each block's output statistics (finite, rms <= max |x|)."""
+(an independent reader): per record the loss, the attention counters and, from the forward hooks,
+each block's output statistics (finite, rms <= max |x|); the weight norms at the records of the
+weights cadence (WEIGHTS_EVERY, default 10: the Monitor's default) and at no other.
+  check_example_trace.py TRACE LAYERS [WEIGHTS_EVERY]"""
 import math
 import sys
 
@@ -11,6 +13,7 @@ except ImportError:
     sys.exit(77)
 
 path, layers = sys.argv[1], int(sys.argv[2])
+every = int(sys.argv[3]) if len(sys.argv) > 3 else 10
 with h5py.File(path, "r") as f:
     n = f["step"].shape[0]
     assert n > 0, "no records"
@@ -25,6 +28,9 @@ with h5py.File(path, "r") as f:
         assert (rows > 0).all(), f"layer {l}: attention rows missing"
         wq = [k for k, g in f["weights"].items() if g.attrs.get("role") == "attn_q" and g.attrs.get("layer_index") == l]
         assert len(wq) == 1, f"layer {l}: {len(wq)} W_Q matrices recorded"
-        sn = f[f"weights/{wq[0]}/spectral_norm"][:n]
-        assert all(math.isfinite(x) and x > 0 for x in sn), f"layer {l}: W_Q spectral norm missing"
+        sn, steps = f[f"weights/{wq[0]}/spectral_norm"][:n], f["step"][:n]
+        due = [s % every == 0 for s in steps]
+        assert any(due), f"no record at a multiple of {every}"
+        assert all(math.isfinite(x) and x > 0 for x, d in zip(sn, due) if d), f"layer {l}: W_Q spectral norm missing"
+        assert all(not math.isfinite(x) for x, d in zip(sn, due) if not d), f"layer {l}: W_Q spectral norm off the cadence"
 print(f"{path}: {n} records, activations, counters and weight norms of {layers} layers present")

@@ -233,6 +233,7 @@ TEST_CASE("Monitor records weights, updates, attention, NaN events, and writes c
   mon->add_matrix("blk0.o", "attn_o", 0, 0, wo, 0, C);
   mon->add_fused_qkv("blk0", 0, w);
   mon->add_activation("blk0.attn_out", 0);
+  mon->set_cadence("weights", 1), mon->set_cadence("updates", 1);  // every step here (the default is every 10th)
   mon->set_stop_on_nan(true);
   mon->request_capture(0, 2);
   std::vector<double> want_max, want_rms;  // of the attention output, from the same values in fp64
@@ -477,6 +478,7 @@ TEST_CASE("Monitor's weight statistics belong to the step they were recorded at"
     auto mon = c10::make_intrusive<Monitor>(tmp("steps-" + dev.str() + (graphs ? "-graphs" : "") + ".h5"), 1, 2, 8, "{}", 0, 1);
     mon->set_cuda_graphs(graphs);
     mon->add_matrix("m", "mlp_in", 0, 0, w, 0, C);
+    mon->set_cadence("weights", 1), mon->set_cadence("updates", 1);
     std::vector<double> exact, exact_update, exact_conc, exact_sim;
     torch::Tensor before, prev_u, prev_v;
     for (int64_t s = 0; s < steps; ++s) {
