@@ -52,7 +52,7 @@ def discover(model):
 
 class Monitor:
     """See the module's doc. Options: n_head (when the modules do not say), cadence (a dict of
-    signal -> every N steps: weights, updates (default 10), attention, activations (default 1)), flush_every, compression
+    signal -> every N steps: weights and updates (default 10), attention and activations (default 1)), flush_every, compression
     (0-9), stop_on_nan, policy/fix (declared numerics, for layers the op has not run by the first
     record: "external:<backend>" when the model runs PyTorch's attention; layers the op ran are
     recorded as the op reports them, and a layer neither run nor declared as "external"),
