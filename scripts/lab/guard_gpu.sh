@@ -2,6 +2,10 @@
 # One device call: GPT-2 small, seed-mma/none at lr 1e-3 (the reproduction's failing arm, same
 # config, seed and data order as its unguarded runs) with the Monitor's guard, 5,000 steps.
 #   scripts/lab/guard_gpu.sh        SEED (1), GUARD (fp32), RUN_LIMIT (430 s); needs corpus/kjv.txt (carry it)
+# ARM=unguarded: the same run without --guard (the live alarm still reports); ARM=fp32: its fp32
+# arm, PyTorch's SDPA in fp32 (the reproduction's counterfactual, ~400 s on an H200). A guarded run
+# that raises no alarm is its own unguarded arm: run it first, and the unguarded arm of a seed
+# only where the guard switched.
 # MODE=repro: whether the same seed gives the same run twice in one build on one card.
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
 # steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
@@ -45,11 +49,17 @@ if [ "${MODE:-run}" = repro ]; then
     echo "repro: differ, first at: $(diff "$OUT/repro-1.steps" "$OUT/repro-2.steps" | head -3 | tr '\n' ' ')"; fi
   rm -f "$OUT"/repro-*.steps; exit 0
 fi
-seed=${SEED:-1}; guard=${GUARD:-fp32}; name=guard-$guard-s$seed
+seed=${SEED:-1}; guard=${GUARD:-fp32}
+case "${ARM:-guarded}" in
+  guarded) name=guard-$guard-s$seed; arm=(--policy seed-mma:tile=512 --guard "$guard") ;;
+  unguarded) name=unguarded-s$seed; arm=(--policy seed-mma:tile=512) ;;
+  fp32) name=fp32-s$seed; arm=(--attention sdpa-fp32) ;;
+  *) echo "ARM must be guarded, unguarded or fp32"; exit 2 ;;
+esac
 echo "== run $name $(date +%T)"
 timeout -s TERM "${RUN_LIMIT:-430}" $G --weight-decay 0 --text corpus/kjv.txt --level full --full-every 50 --compression 6 --flush-every 50 \
   --log-every 250 --weights-every 10 --no-activations --warmup 200 --steps 5000 --seed "$seed" --lr 1e-3 \
-  --policy seed-mma:tile=512 --guard "$guard" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+  "${arm[@]}" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
 echo "rc=$? $(date +%T)"
 grep -E "ALARM|^step +[0-9]*[05]00 |^steady|^trained|^alarms" "$OUT/$name.log" | cut -c1-400
 $B/tools/lpdiag analyze "$OUT/$name.h5" >"$OUT/$name.analyze.txt" 2>&1; head -12 "$OUT/$name.analyze.txt"
