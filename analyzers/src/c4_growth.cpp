@@ -51,16 +51,37 @@ std::vector<double> background(const std::vector<Series>& all, int K) {
   return bg;
 }
 
-// The bins that stand for a series' end: the last fortieth (at least 3, for a median). Growth
+// Every window below counts recorded values, not bins: the weights are often recorded every 5th
+// or 10th record only (`--weights-every`), and then most bins hold no sigma_1. A window of K/40
+// bins at the end of such a series can hold no value at all: gen2 with the weights on every 10th
+// record lost 3 of 36 planted growths so, each filling the last tenth of the trace before its
+// values turned non-finite. On a series recorded in every bin a count of values is the same count
+// of bins.
+int finite_count(const std::vector<double>& e) { return static_cast<int>(tools::finite_values(e, 0, static_cast<int>(e.size())).size()); }
+
+// The last `n` finite values of e[0, hi).
+std::vector<double> last_values(const std::vector<double>& e, int hi, int n) {
+  std::vector<double> v;
+  for (int b = std::min<int>(hi, static_cast<int>(e.size())) - 1; b >= 0 && static_cast<int>(v.size()) < n; --b)
+    if (std::isfinite(e[b])) v.push_back(e[b]);
+  return v;
+}
+
+// The values that stand for a series' end: its last fortieth (at least 3, for a median). Growth
 // that runs away just before the values turn non-finite fills only the last few percent of what
 // is read; a median over the last tenth (tried earlier) halved it, and gen2 chains whose
 // growth took the last 7% before NaN were missed.
-int end_bins(int K) { return std::max(3, K / 40); }
+double end_level(const std::vector<double>& e) {
+  return tools::median(last_values(e, static_cast<int>(e.size()), std::max(3, finite_count(e) / 40)));
+}
 
-// End over start (first fiftieth: events start early in real runs).
-double rise_of(const std::vector<double>& e, int K) {
-  const int n_start = std::max(2, K / 50);
-  return tools::median(tools::finite_values(e, K - end_bins(K), K)) - tools::median(tools::finite_values(e, 0, n_start));
+// End over start (the first fiftieth of the values: events start early in real runs).
+double rise_of(const std::vector<double>& e) {
+  std::vector<double> start;
+  const int n_start = std::max(2, finite_count(e) / 50);
+  for (double y : e)
+    if (std::isfinite(y) && static_cast<int>(start.size()) < n_start) start.push_back(y);
+  return end_level(e) - tools::median(start);
 }
 
 }  // namespace
@@ -80,14 +101,14 @@ std::vector<double> excess_log_sigma(const BinnedTrace& t, std::size_t layer, st
 double global_growth(const BinnedTrace& t) {
   const auto all = log_sigmas(t);
   if (all.empty()) return tools::nan();
-  return std::exp(rise_of(background(all, t.bins), t.bins));
+  return std::exp(rise_of(background(all, t.bins)));
 }
 
 LinkResult analyze_growth(const BinnedTrace& t) {
   LinkResult best;
   best.id = "C4";
   best.name = "spectral growth of W_Q";
-  const int K = t.bins, smooth = std::max(1, K / 200), min_post = std::max(3, K / 25);
+  const int K = t.bins, smooth = std::max(1, K / 200);
   const auto all = log_sigmas(t);
   if (all.empty()) {
     best.evidence = "the trace holds no sigma_1 of attn_q matrices";
@@ -103,15 +124,20 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     for (int b = 0; b < K; ++b)
       if (std::isfinite(s.y[b]) && std::isfinite(bg[b])) e[b] = s.y[b] - bg[b];
     smoothed.push_back(cp::running_median(e, smooth));
-    rises.push_back(rise_of(smoothed.back(), K));
+    rises.push_back(rise_of(smoothed.back()));
     excess.push_back(std::move(e));
   }
-  const int n_end = std::max(2, K / 10);
-  // A series' level over the bins just before `tau`, and at its end.
+  // A series' level just before `tau`: the median of its last tenth of values there (at least 2).
   auto level_before = [&](const std::vector<double>& es, int tau) {
-    return tools::median(tools::finite_values(es, std::max(0, tau - n_end), std::max(1, tau)));
+    return tools::median(last_values(es, std::max(1, tau), std::max(2, finite_count(es) / 10)));
   };
-  auto end_level = [&](const std::vector<double>& es) { return tools::median(tools::finite_values(es, K - end_bins(K), K)); };
+  // The first bin of the values that set that level.
+  auto level_from = [&](const std::vector<double>& es, int tau, int n) {
+    int b = std::max(1, tau);
+    for (int seen = 0; b > 0 && seen < n;)
+      if (std::isfinite(es[--b])) ++seen;
+    return b;
+  };
   auto change_since = [&](const std::vector<double>& es, int tau) { return end_level(es) - level_before(es, tau); };
   // Whether `growth` from `tau` on stands out among every head's change over the same window,
   // and outgrows what all heads grew in that window: a head that leads a growth every head shares
@@ -128,10 +154,12 @@ LinkResult analyze_growth(const BinnedTrace& t) {
   const auto finite_rises = tools::finite_values(rises, 0, static_cast<int>(rises.size()));
   const double rise_med = corrected ? tools::median(finite_rises) : 0.0;
   const double rise_sd = corrected ? std::max(tools::robust_sd(finite_rises), 0.05) : 0.0;
-  const double g_all = std::exp(rise_of(bg, K));
+  const double g_all = std::exp(rise_of(bg));
   double best_growth = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& es = smoothed[i];
+    // The change holds at least a twenty-fifth of the series' values (at least 3).
+    const int n_values = finite_count(es), min_post = std::max(3, n_values / 25), n_level = std::max(2, n_values / 10);
     const cp::Fit f = cp::fit_ramp(es, 2, min_post, !corrected, +1);
     if (!f.ok || !(f.change > 0)) continue;
     const double noise = cp::diff_noise_sd(excess[i]);
@@ -149,7 +177,7 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     // (test_late_growth: onsets at 25-45% of the run for growth from 90%). Only where the walk
     // went back past the bins that set that level: nearer walks are the ramp's own start (on gen2
     // the clamp everywhere moved onsets later and lost a planted chain of seed 57).
-    if (std::isfinite(pre) && onset < f.tau - n_end)
+    if (std::isfinite(pre) && onset < level_from(es, f.tau, n_level))
       for (int b = f.tau - 1; b >= onset; --b)
         if (std::isfinite(es[b]) && es[b] < pre + margin) {
           onset = b + 1;
