@@ -40,10 +40,10 @@ j = json.loads(out)
 check(rc == 1 and j["alarm"]["kind"] == "growth" and j["alarm"]["layer_index"] == 1 and j["alarm"]["step"] <= 4560 - 300,
       f"seed 3: growth alarm in layer 1 >= 300 steps before 4560: {j['alarm']}")
 
-# Seed 3 again, made after the thresholds were frozen, with --guard fp32 (the H100): the live alarm
-# named layer 1 head 0 (the head that failed in the unguarded run) at step 4060 and the guard
-# switched layer 1 to fp32; the run did not fail. The trace holds the alarm and the switch, and
-# replaying it raises the same alarm.
+# Seed 3 again, with --guard fp32 (the H100): the live alarm (the first thresholds) named layer 1
+# head 0 (the head that failed in the unguarded run) at step 4060 and the guard switched layer 1
+# to fp32; the run did not fail. The trace holds the alarm and the switch, and replaying it with
+# today's thresholds warns of the same head no later.
 guarded = f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s3-guarded.h5"
 p = subprocess.run([cli, "analyze", guarded, "--json"], capture_output=True, text=True)
 j = json.loads(p.stdout)
@@ -53,10 +53,10 @@ check([(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]
 check(j["run"]["healthy"] is True and j["run"]["failure"] is None, f"guarded: the run did not fail ({j['run']['failure']})")
 rc, out, _ = alarm(guarded, "--json")
 j = json.loads(out)
-check(rc == 1 and (j["alarm"]["step"], j["alarm"]["layer_index"], j["alarm"]["head"]) == (4060, 1, 0),
-      f"guarded: the replay raises the live alarm: {j['alarm']}")
+check(rc == 1 and j["alarm"]["step"] <= 4060 and (j["alarm"]["layer_index"], j["alarm"]["head"]) == (1, 0),
+      f"guarded: the replay warns of the live alarm's head no later: {j['alarm']}")
 
-# Seed 7, both made after the freeze on one H200 with one build, one call after the other. Without
+# Seed 7, both made after the first freeze on one H200 with one build, one call after the other. Without
 # the guard the loss exploded from step 4336, and the live alarm had named layer 1 (head 3) at
 # step 3280; with --guard fp32 the live alarm named layer 1 (head 0) at step 2890, layer 1 ran in
 # fp32 from then on, and the run did not fail. (The two runs are not the same trajectory up to the
@@ -90,7 +90,7 @@ check(rc == 0 and j["sees"]["attention_counters"] is False and "cannot be seen" 
 p = subprocess.run([cli, "watch", f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--idle-exit", "1"], capture_output=True, text=True,
                    timeout=120)
 line = next((x for x in p.stdout.splitlines() if "ALARM at step" in x), "")
-check(p.returncode == 1 and "ALARM at step 2440: growth: layer 2 head 1" in line, f"watch prints the alarm first seen by alarm: {line!r}")
+check(p.returncode == 1 and "ALARM at step 4290: growth: layer 2 head 7" in line, f"watch prints the alarm first seen by alarm: {line!r}")
 
 # Unusable input: exit 2 and one line naming the file.
 rc, out, err = alarm(f"{fx}/no-such.h5", "--json")

@@ -29,9 +29,9 @@ struct AlarmParams {
   // head's repeated-maximum rate over the last window at least `trigger_ratio` times, and
   // `trigger_rise` above, its rate over the window before.
   double window = 500;
-  double settled_growth = 0.1;
-  double excess_growth = 0.35;
-  double trigger_ratio = 1.5;
+  double settled_growth = 0.15;
+  double excess_growth = 0.25;
+  double trigger_ratio = 2.0;
   double trigger_rise = 0.02;
   // logit_collapse: a max logit >= collapse_level and >= collapse_ratio times the head's lowest
   // over the last collapse_window steps.
