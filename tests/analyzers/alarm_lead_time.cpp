@@ -13,6 +13,9 @@
 // than 200 steps after the onset of every early failure (a collapse takes up to ~160 steps to
 // reach one-hot logits after its rise begins); no alarm on a healthy run; on a run the live alarm
 // guarded, the replay raises that alarm's layer no later (at the first record kept at or after it).
+// A late failure whose logits also collapsed early (early_collapse: {"onset", "layer"}, from
+// analyze's attention-logit warning) has both targets: its first alarm flags the collapse no later
+// than 200 steps after it, and the first alarm after that window warns of the late failure.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -38,6 +41,7 @@ struct Run {
   bool post_freeze = false;  // made after the thresholds were frozen: never fitted on
   bool known_miss = false;   // fitted on, and no grid point lets it meet its target with the others
   std::int64_t expect_step = -1, expect_layer = -1;  // post_freeze: the recorded frozen alarm (-1: none)
+  std::int64_t early_onset = -1, early_layer = -1;    // early_collapse of a late failure (-1: none)
   std::vector<AlarmRecord> recs;
   std::vector<double> grad_norm;
 };
@@ -45,19 +49,32 @@ struct Run {
 struct Outcome {
   bool alarmed = false;
   Alarm first;
+  bool late_alarmed = false;  // early_collapse runs: an alarm after the collapse's window
+  Alarm late;
 };
 
 Outcome detect(const Run& r, const AlarmParams& p) {
   alarm::AlarmDetector d(p);
-  for (const auto& rec : r.recs)
-    if (!d.feed(rec).empty()) return {true, d.alarms().front()};
-  return {};
+  Outcome o;
+  for (const auto& rec : r.recs) {
+    if (d.feed(rec).empty()) continue;
+    if (!o.alarmed) o.alarmed = true, o.first = d.alarms().front();
+    if (r.early_onset < 0) return o;
+    for (const auto& a : d.alarms())
+      if (a.step > r.early_onset + 200) {
+        o.late_alarmed = true, o.late = a;
+        return o;
+      }
+  }
+  return o;
 }
 
 // Whether the outcome meets the run's target.
 bool meets(const Run& r, const Outcome& o) {
   if (r.cls == "healthy") return !o.alarmed;
   if (!o.alarmed) return false;
+  if (r.cls == "late_failure" && r.early_onset >= 0)
+    return o.first.step <= r.early_onset + 200 && o.late_alarmed && r.onset - o.late.step >= 300 && o.late.layer_index == r.layer;
   if (r.cls == "late_failure") return r.onset - o.first.step >= 300 && o.first.layer_index == r.layer;
   // A run the live alarm guarded (onset: the live alarm's step): its replay names the guarded
   // layer no later than the live alarm did, or, where the packed trace dropped that step's record,
@@ -181,6 +198,7 @@ int main(int argc, char** argv) {
     r.note = j.value("note", "");
     r.post_freeze = j.value("post_freeze", false);
     r.known_miss = j.contains("known_miss");
+    if (j.contains("early_collapse")) r.early_onset = j["early_collapse"]["onset"], r.early_layer = j["early_collapse"]["layer"];
     if (r.post_freeze) {
       if (!j.contains("frozen_alarm")) {
         std::cerr << r.file << ": a run made after the freeze needs frozen_alarm (null or {\"step\", \"layer\"})\n";
@@ -240,8 +258,14 @@ int main(int argc, char** argv) {
     }
     const auto s6 = spike_sigma(r, 6), s10 = spike_ratio(r, 10), lg = logit_level(r, 100);
     std::string mine = o.alarmed ? describe(r, o.first.step, o.first.layer_index) + " " + o.first.kind : describe(r, -1);
-    if (r.cls == "late_failure" && o.alarmed)
-      mine += o.first.head == r.head ? " (its head)" : fmt::format(" (head {}; the failing head is {})", o.first.head, r.head);
+    if (r.early_onset >= 0 && o.alarmed) {
+      mine = fmt::format("{} {}, layer {} (the early collapse, from {} at layer {}); then ", o.first.step, o.first.kind, o.first.layer_index,
+                         r.early_onset, r.early_layer);
+      mine += o.late_alarmed ? describe(r, o.late.step, o.late.layer_index) + " " + o.late.kind : "none";
+    }
+    const Alarm& named = r.early_onset >= 0 ? o.late : o.first;
+    if (r.cls == "late_failure" && (r.early_onset >= 0 ? o.late_alarmed : o.alarmed))
+      mine += named.head == r.head ? " (its head)" : fmt::format(" (head {}; the failing head is {})", named.head, r.head);
     fmt::print("| {}{} | {} | {} | {}{} | {:.2f} / {:.2f} / {:.2f} | {} | {} | {} |\n", r.file, r.post_freeze ? " (after the freeze)" : "", r.cls, r.onset >= 0 ? std::to_string(r.onset) : "—",
                mine, ok ? "" : " **MISSED**", p.excess_growth, p.trigger_ratio, p.settled_growth, describe(r, s6), describe(r, s10),
                describe(r, lg));
@@ -252,6 +276,10 @@ int main(int argc, char** argv) {
                                  {"layer_index", o.alarmed ? o.first.layer_index : -1}, {"head", o.alarmed ? o.first.head : -1}, {"meets", ok}}},
                    {"frozen", {{"alarm_step", of.alarmed ? of.first.step : -1}, {"meets", okf}}},
                    {"baselines", {{"spike_6sigma", s6}, {"spike_10x", s10}, {"logit_100", lg}}}});
+    if (r.early_onset >= 0)
+      out.back()["held_out"]["after_early_collapse"] = {{"alarm_step", o.late_alarmed ? o.late.step : -1},
+                                                        {"layer_index", o.late_alarmed ? o.late.layer_index : -1},
+                                                        {"head", o.late_alarmed ? o.late.head : -1}};
   }
   const auto before = runs.size() - static_cast<std::size_t>(post_runs);
   fmt::print("\nfitted on: held out, {} of {} runs miss their target ({} listed as known misses); frozen thresholds, {} miss\n", held_out_fail,
