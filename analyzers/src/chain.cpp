@@ -128,6 +128,24 @@ const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* 
   return c.computed && c.r > 0 && c.p < 0.05 ? weak : none;
 }
 
+// A trigger's repeated-max rate just before `onset` (the median of its values over the `tol` bins
+// up to it, widened to the nearest measured bins where a cadence, an observed kernel every N
+// steps, left those unmeasured) and C1's margin for its series (6 noise s.d., at least half a
+// point). The bias needs the trigger present, not stepping up: a rate beyond the margin is present.
+struct TriggerLevel {
+  double rate, margin;
+  bool present() const { return rate >= margin; }
+};
+TriggerLevel trigger_level(const std::vector<double>& series, int onset, int tol) {
+  int w = std::max(1, tol);
+  auto before = tools::finite_values(series, std::max(0, onset - w), std::max(1, onset + 1));
+  while (before.empty() && onset - w > 0) {
+    w *= 2;
+    before = tools::finite_values(series, std::max(0, onset - w), std::max(1, onset + 1));
+  }
+  return {before.empty() ? tools::nan() : tools::median(before), std::max(6 * cp::diff_noise_sd(series), 0.005)};
+}
+
 }  // namespace
 
 double weakest_link_confidence(const ChainResult& c) {
@@ -183,6 +201,39 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // second biased head): the chain is about the trigger's head, so ask there too, at the same
   // threshold as the full search.
   relocate(1, 0, "trigger", "delta-error bias", [&](std::int64_t l, std::int64_t h) { return analyze_bias(t, bias_z, l, h); });
+  // Trigger and bias still elsewhere than the growth: the chain would end in the head that grew,
+  // so that head is asked for the bias (the same threshold) and for the trigger, which the bias
+  // needs present, not stepping up (trigger_level): a repeated-max rate that rose and fell again
+  // before the failure steps up over no trend (the lr 1e-3 GPT-2-small failure at seed 10: the
+  // growing head's rate went from 3% to 65% and back to 12-20%, while the strongest step up came
+  // in another head at the failure itself). Both found there, they are the chain's.
+  {
+    const LinkResult& g = c.links[3];
+    auto here = [&](const LinkResult& l) { return l.present && l.layer_index == g.layer_index && l.head == g.head; };
+    if (g.present && g.head >= 0 && !(here(c.links[0]) && here(c.links[1]))) {
+      LinkResult bias = here(c.links[1]) ? c.links[1] : analyze_bias(t, bias_z, g.layer_index, g.head);
+      LinkResult trig = c.links[0];
+      if (bias.present && !here(trig)) {
+        const auto rate = repeated_rate(t, t.layer_slot(g.layer_index), g.head);
+        const TriggerLevel lv = trigger_level(rate, bias.onset_bin, std::max(1, t.bins / 20));
+        if (lv.present()) {
+          const std::string strongest = trig.present ? fmt::format("the strongest step up is at layer {} head {}, step {}", trig.layer_index,
+                                                                   trig.head, trig.onset_step)
+                                                     : std::string("no head's rate stepped up");
+          tools::set_found(trig, t, bias.onset_bin, g.layer_index, g.head, lv.rate, 1.0 - lv.margin / lv.rate, rate);
+          trig.evidence = fmt::format("repeated-max row rate of layer {} head {} was {:.4f} when its bias began (step {}), beyond C1's margin "
+                                      "{:.4f}: present at the growth's head, without a step up over its trend ({})",
+                                      g.layer_index, g.head, lv.rate, bias.onset_step, lv.margin, strongest);
+        }
+      }
+      if (bias.present && here(trig)) {
+        if (!here(c.links[1]))
+          bias.evidence += fmt::format(" (at the growth's head; the strongest delta-error bias is at layer {} head {})", c.links[1].layer_index,
+                                       c.links[1].head);
+        c.links[0] = std::move(trig), c.links[1] = std::move(bias);
+      }
+    }
+  }
   c.run = judge_run(full, c.links[4]);
   const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3];
   LinkResult& c5 = c.links[4];
@@ -288,20 +339,11 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     return no_chain(fmt::format("{} starts at step {}, after {} at step {}", a.id, a.onset_step, b.id, b.onset_step));
   };
   if (after(c1, c2)) {
-    int w = std::max(1, tol);
-    auto before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
-    // A trigger measured at a cadence (an observed kernel, every N steps) can leave these bins
-    // unmeasured: the window widens to the nearest measured bins before the bias's onset.
-    while (before_bias.empty() && c2.onset_bin - w > 0) {
-      w *= 2;
-      before_bias = tools::finite_values(c1.series, std::max(0, c2.onset_bin - w), std::max(1, c2.onset_bin + 1));
-    }
-    const double rate = before_bias.empty() ? tools::nan() : tools::median(before_bias);
-    const double margin = std::max(6 * cp::diff_noise_sd(c1.series), 0.005);
-    if (!(rate >= margin)) return out_of_order(c1, c2);
+    const TriggerLevel lv = trigger_level(c1.series, c2.onset_bin, tol);
+    if (!lv.present()) return out_of_order(c1, c2);
     c.findings.push_back(fmt::format("the trigger was present before the bias began: a repeated-max row rate of {:.4f} in layer {} head {} "
                                      "at step {} (C1's margin {:.4f}), which stepped up further at step {}",
-                                     rate, c1.layer_index, c1.head, c2.onset_step, margin, c1.onset_step));
+                                     lv.rate, c1.layer_index, c1.head, c2.onset_step, lv.margin, c1.onset_step));
   }
   if (after(c2, c3)) return out_of_order(c2, c3);
   if (after(c2, c4)) return out_of_order(c2, c4);

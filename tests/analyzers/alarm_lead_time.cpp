@@ -41,6 +41,7 @@ struct Run {
   bool post_freeze = false;  // made after the thresholds were frozen: never fitted on
   bool known_miss = false;   // fitted on, and no grid point lets it meet its target with the others
   std::int64_t expect_step = -1, expect_layer = -1;  // post_freeze: the recorded frozen alarm (-1: none)
+  std::int64_t expect_late_step = -1, expect_late_layer = -1;  // and, after an early collapse, its first alarm after that
   std::int64_t early_onset = -1, early_layer = -1;    // early_collapse of a late failure (-1: none)
   std::vector<AlarmRecord> recs;
   std::vector<double> grad_norm;
@@ -205,6 +206,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (!j["frozen_alarm"].is_null()) r.expect_step = j["frozen_alarm"]["step"], r.expect_layer = j["frozen_alarm"]["layer"];
+      if (j.contains("early_collapse")) {
+        if (!j.contains("frozen_late_alarm")) {
+          std::cerr << r.file << ": a run made after the freeze with an early collapse needs frozen_late_alarm (null or {\"step\", \"layer\"})\n";
+          return 2;
+        }
+        if (!j["frozen_late_alarm"].is_null())
+          r.expect_late_step = j["frozen_late_alarm"]["step"], r.expect_late_layer = j["frozen_late_alarm"]["layer"];
+      }
     }
     TraceReader reader(std::string(argv[2]) + "/" + r.file);
     alarm::TraceFeeder f(reader);
@@ -247,6 +256,13 @@ int main(int argc, char** argv) {
         ++changed;
         std::cerr << fmt::format("{}: the frozen detector's first alarm is at step {} layer {}; the corpus records step {} layer {}\n", r.file, st, ly,
                                  r.expect_step, r.expect_layer);
+      }
+      const std::int64_t lst = of.late_alarmed ? of.late.step : -1, lly = of.late_alarmed ? of.late.layer_index : -1;
+      if (r.early_onset >= 0 && (lst != r.expect_late_step || lly != r.expect_late_layer)) {
+        ++changed;
+        std::cerr << fmt::format("{}: the frozen detector's first alarm after the early collapse is at step {} layer {}; the corpus records step {} "
+                                 "layer {}\n",
+                                 r.file, lst, lly, r.expect_late_step, r.expect_late_layer);
       }
     } else {
       held_out_fail += !ok, frozen_fail += !okf, known += r.known_miss;
