@@ -180,6 +180,9 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     return c;
   }
   const BinnedTrace t = before_nonfinite(full);
+  // Onsets within a twentieth of the run (at least one bin) are together: that is the accuracy
+  // an onset is found to on ramps of any shape (docs/reference/analyzers.md), so no order can be read.
+  const int tol = std::max(1, t.bins / 20);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
   // The strongest trigger may sit in another head than the growth: a run can have several heads
   // with repeated maxima and a biased delta error (the GPT-2-small failure of docs/results/reproduction.md,
@@ -215,7 +218,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
       LinkResult trig = c.links[0];
       if (bias.present && !here(trig)) {
         const auto rate = repeated_rate(t, t.layer_slot(g.layer_index), g.head);
-        const TriggerLevel lv = trigger_level(rate, bias.onset_bin, std::max(1, t.bins / 20));
+        const TriggerLevel lv = trigger_level(rate, bias.onset_bin, tol);
         if (lv.present()) {
           const std::string strongest = trig.present ? fmt::format("the strongest step up is at layer {} head {}, step {}", trig.layer_index,
                                                                    trig.head, trig.onset_step)
@@ -274,9 +277,6 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
     if (l.present) c.findings.push_back(fmt::format("{} {} from step {}: {}", l.id, l.name, l.onset_step, l.evidence));
     else c.findings.push_back(fmt::format("{} {} not found: {}", l.id, l.name, l.evidence));
 
-  // Onsets within a twentieth of the run (at least one bin) are together: that is the accuracy
-  // an onset is found to on ramps of any shape (docs/reference/analyzers.md), so no order can be read.
-  const int tol = std::max(1, t.bins / 20);
   // Growth shared by every head, where no head outgrew the others before the run failed (a head
   // that goes on growing once the failure has begun, as in the lr-0.05 runs of docs/results/validation.md,
   // does not make the failure's growth localized).
