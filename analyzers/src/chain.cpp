@@ -146,6 +146,16 @@ TriggerLevel trigger_level(const std::vector<double>& series, int onset, int tol
   return {before.empty() ? tools::nan() : tools::median(before), std::max(6 * cp::diff_noise_sd(series), 0.005)};
 }
 
+// The earliest bin a link's onset can lie in. An onset is dated to the first recorded bin that
+// shows it; where its series is recorded sparsely (the delta error of `full` records every N
+// steps, weights every Nth record), it may have begun anywhere after the recorded bin before.
+int earliest_onset_bin(const LinkResult& l) {
+  if (l.onset_bin <= 0 || l.series.empty()) return l.onset_bin;
+  for (int b = std::min<int>(l.onset_bin, static_cast<int>(l.series.size())) - 1; b >= 0; --b)
+    if (std::isfinite(l.series[b])) return b + 1;
+  return 0;
+}
+
 }  // namespace
 
 double weakest_link_confidence(const ChainResult& c) {
@@ -334,7 +344,17 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   //    shows in its layer's concentration only once it dominates the layer, after that head's
   //    sigma_1 has begun to grow. C3 must follow the bias and precede the failure; against C4 it
   //    sets no order.
-  auto after = [&](const LinkResult& a, const LinkResult& b) { return a.onset_bin > b.onset_bin + tol; };
+  // A link is after another only when even the earliest bin its records allow is (its onset
+  // dated to the first record that shows it, the one before it not).
+  auto after = [&](const LinkResult& a, const LinkResult& b) {
+    if (a.onset_bin <= b.onset_bin + tol) return false;
+    const int earliest = earliest_onset_bin(a);
+    if (earliest > b.onset_bin + tol) return true;
+    c.findings.push_back(fmt::format("{} is dated to step {}, the first record that shows it; the one before is at step {}, so it may "
+                                     "have begun within the slack of {}'s onset (step {}): no order between them is read",
+                                     a.id, a.onset_step, t.bin_step(std::max(0, earliest - 1)), b.id, b.onset_step));
+    return false;
+  };
   auto out_of_order = [&](const LinkResult& a, const LinkResult& b) {
     return no_chain(fmt::format("{} starts at step {}, after {} at step {}", a.id, a.onset_step, b.id, b.onset_step));
   };

@@ -134,6 +134,29 @@ def check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check):
           and g["ref_growth"] < 1.3)
 
 
+def check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check):
+    """Seed 10 of the same configuration (made after the alarm's thresholds were frozen), packed
+    to every 20th record: the delta error, recorded every 50th step, is left on every 100th. Its
+    loss spiked at step ~4,100 and exploded from ~4,900; the W_Q of layer 2 head 5 grew from step
+    ~2,460 and the bias in that head shows first on the record at step 2,800, the record before
+    it at 2,700. Dated to the record that shows it, the bias would be 340 steps after the growth,
+    beyond the ordering's slack (~245 steps), and the chain refused; it may have begun anywhere
+    after 2,700, within the slack, so no order is read and the chain is named at that head, an
+    undecided candidate (the full trace gives the same)."""
+    name = "gpt2-seedmma-none-1e-3-5k-s10"
+    j = analyze(lpdiag, f"{d}/{name}.h5")
+    run, chain, links = j["run"], j["chain"], j["chain"]["links"]
+    check(f"{name}: failed ({(run['failure'] or {}).get('kind')} from {(run['failure'] or {}).get('onset_step')})",
+          not run["healthy"] and 4000 <= run["failure"]["onset_step"] <= 4400)
+    on = {k: v["onset_step"] for k, v in links.items()}
+    check(f"{name}: C4 at layer 2 head 5, the bias there first recorded more than the slack after it ({on})",
+          (links["C4"]["layer_index"], links["C4"]["head"]) == (2, 5) and on["C2"] - on["C4"] > 250)
+    check(f"{name}: the record spacing said, no order read between bias and growth",
+          any(f.startswith("C2 is dated to step") and "no order between them is read" in f for f in j["findings"]))
+    check(f"{name}: an undecided candidate chain at layer 2 head 5",
+          not chain["found"] and chain["undecided"] and (chain["layer_index"], chain["head"]) == (2, 5))
+
+
 def main():
     lpdiag, d = sys.argv[1], sys.argv[2]
     bad = 0
@@ -162,6 +185,7 @@ def main():
           ref["attributable_to_attention_numerics"] is None and ref["failed"] is False)
     check_gpt2_failure_at_1e_3(lpdiag, d, check)
     check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check)
+    check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]

@@ -13,6 +13,10 @@ their authors did not shape. What differs from `lpdiag synth`, on purpose:
   co-vary as the mechanism says (chains); growth that ramps and levels off (nulls); and
   "undriven" nulls with every link in place, ordered and in one head, whose growth follows an
   AR(1) process independent of the bias (timing alone must not make a chain);
+- "late-bias" nulls: every link in one head, the growth undriven, but the bias beginning 10-25% of
+  the run after the growth became visible (and the failure after it): an effect before its cause,
+  which must not make a chain or a candidate. validate.py makes a few of them beside the KINDS
+  cycle;
 - failures that end non-finite as NaN with a nan_inf event, or as a sustained explosion;
 - "collapse-divergence" traces, the shape of GPT-2 seed-mma/none at seed 3
   (docs/results/reproduction.md): every head's max logit collapses (x60-400) within the first 1-7% of
@@ -86,7 +90,7 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
     fs.append(fs[-1] + rng.uniform(0.05, 0.15))
     fs = [min(f, 0.9) for f in fs]
     rec = [int(f * T) for f in fs]
-    if kind in ("chain", "undriven"):
+    if kind in ("chain", "undriven", "late-bias"):
         on = rec
     elif kind == "loss-spike":
         on[4] = int(rng.uniform(0.1, 0.9) * T)
@@ -134,7 +138,12 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
         start = max(on[3], on[2])
         r_grow = ramp(rng, T, start, max(1, width()), g_shape if g_shape != "step" else "linear")
         on[3] = visible(r_grow)  # where the growth rate reaches a fifth of its full value
-    if on[4] >= 0 and kind in ("chain", "undriven"):
+    if kind == "late-bias":  # the bias after the growth, drawn from its own stream
+        rng_late = np.random.default_rng([seed, 33])
+        on[1] = min(T - 60, on[3] + int(rng_late.uniform(0.10, 0.25) * T))
+        r_bias = ramp(rng, T, on[1], 0, "step")
+        on[4] = max(on[4], on[1] + int(0.05 * T))
+    if on[4] >= 0 and kind in ("chain", "undriven", "late-bias"):
         on[4] = min(T - 20, max(on[4], on[3] + int(0.05 * T)))
 
     f = np.arange(T) / T
@@ -149,9 +158,9 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
         # drives it (chain); the plain envelope otherwise.
         # chain: the rate turns on with the ramp and then follows the bias to the end (the error
         # keeps adding up while the bias lasts); otherwise growth that levels off.
-        env = r_grow if kind in ("chain", "undriven") else np.diff(np.concatenate([[0.0], r_grow]))
+        env = r_grow if kind in ("chain", "undriven", "late-bias") else np.diff(np.concatenate([[0.0], r_grow]))
         drive = bias_level if kind == "chain" else np.ones(T)
-        if kind == "undriven":  # the same kind of wandering, independent of the bias
+        if kind in ("undriven", "late-bias"):  # the same kind of wandering, independent of the bias
             other = np.empty(T)
             other[0] = 0.0
             for i in range(1, T):

@@ -39,6 +39,19 @@ def rejection_overstated(findings, tseed):
     return 0
 
 
+def traces_apart(lpdiag, d, seed, kind, n, offset, modes):
+    """`n` traces of `kind` beside the KINDS cycle (trace seeds seed * 1000 + offset + i, so the
+    cycle's traces stay what their seeds made formerly), each through `lpdiag analyze --json`:
+    yields its trace seed, truth, parsed answer (None when analyze found the input unusable) and
+    analyze's exit code."""
+    for i in range(n):
+        tseed = seed * 1000 + offset + i
+        path = f"{d}/{kind}-{i}.h5"
+        truth = make_traces.write_trace(path, tseed, kind, *modes)
+        out = subprocess.run([lpdiag, "analyze", "--json", path], capture_output=True, text=True)
+        yield tseed, truth, (json.loads(out.stdout) if out.returncode in (0, 1) else None), out.returncode
+
+
 def main():
     lpdiag = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 120
@@ -46,6 +59,7 @@ def main():
     delta_every = int(os.environ.get("LPDIAG_GEN2_DELTA_EVERY", "1"))
     real_like = os.environ.get("LPDIAG_GEN2_REAL_LIKE", "0") == "1"
     weights_every = int(os.environ.get("LPDIAG_GEN2_WEIGHTS_EVERY", "1"))
+    modes = (delta_every, real_like, weights_every)
     print(f"gen2 validation: seed {seed}, {count} traces"
           + (f", O and delta errors on every {delta_every}th record only" if delta_every > 1 else "")
           + (", heads parting early and a 0.5-6% trigger baseline (real-like)" if real_like else ""), flush=True)
@@ -121,11 +135,7 @@ def main():
         # stay what their seeds made formerly.
         extra = max(10, count // 11)
         extra_ok = 0
-        for i in range(extra):
-            tseed = seed * 1000 + 900 + i
-            truth = make_traces.write_trace(f"{d}/x{i}.h5", tseed, "collapse-divergence", delta_every, real_like, weights_every)
-            out = subprocess.run([lpdiag, "analyze", "--json", f"{d}/x{i}.h5"], capture_output=True, text=True)
-            j = json.loads(out.stdout) if out.returncode in (0, 1) else None
+        for tseed, truth, j, _ in traces_apart(lpdiag, d, seed, "collapse-divergence", extra, 900, modes):
             run = (j or {}).get("run") or {}
             fail = run.get("failure") or {}
             span = max(1, truth["last_step"] - truth["first_step"])
@@ -137,7 +147,23 @@ def main():
                 print(f"  trace seed {tseed} (collapse-divergence, diverging from step {truth['divergence_step']}): "
                       f"verdict {'healthy' if run.get('healthy') else fail.get('kind')} from {fail.get('onset_step')}, "
                       f"warnings {[w['kind'] for w in run.get('warnings', [])]}")
+        # Out-of-order nulls (make_traces.py, "late-bias"): every link in the planted head, the
+        # bias beginning 10-25% of the run after the growth. Right when neither a chain nor a
+        # candidate is named at that head. Apart from the KINDS cycle, as above.
+        late = max(6, count // 11)
+        late_ok = 0
+        for tseed, truth, j, rc in traces_apart(lpdiag, d, seed, "late-bias", late, 950, modes):
+            ch = (j or {}).get("chain") or {}
+            named_here = (ch.get("found") or ch.get("undecided")) and ch.get("layer_index") == truth["layer_index"] and \
+                ch.get("head") == truth["head"]
+            right = j is not None and not named_here
+            late_ok += right
+            if not right:
+                print(f"  trace seed {tseed} (late-bias, growth from step {truth['onset_step'][3]}, bias from "
+                      f"{truth['onset_step'][1]}): {'a chain' if ch.get('found') else 'a candidate'} named at its head"
+                      if j is not None else f"  trace seed {tseed} (late-bias): analyze exit {rc}")
     print(f"collapse then late divergence: verdict right {extra_ok}/{extra} (floor 0.9)")
+    print(f"bias after the growth (out of order): no chain or candidate named {late_ok}/{late} (floor 0.85)")
     precision = tp / max(1, tp + fp)
     recall = tp / max(1, tp + fn)
     loc = loc_ok / max(1, tp)
@@ -154,7 +180,7 @@ def main():
     # seeds, 12969 and 202, at 0.694, under the 0.70 floor this test had: it failed ~1 run in 7).
     # Its floor is 0.60, ~3 binomial s.d. (0.067 at 36 planted) below that mean.
     recall_floor = 0.60 if real_like else 0.70
-    ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and recall >= recall_floor and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
+    ok = late_ok >= 0.85 * late and extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and recall >= recall_floor and loc >= 0.95 and verdicts >= 0.95 and med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls
     if delta_every > 1:
         # Sparse error statistics: recall is bounded by what the records can show
         # (0.333 and 0.375 at seeds 42 and 57 with every 25th record; 0.278 before C2's long
@@ -170,7 +196,7 @@ def main():
         # Precision 0.90 here: with the errors sparse only 15-27 chains are claimed, so one false
         # chain moves it by 4-6 points (the clean-clone CI run, seed 18195: 17 right, one
         # undriven null claimed, 0.944; seven other seeds 1.000).
-        ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.90 and recall >= 0.15 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.15 and \
+        ok = late_ok >= 0.85 * late and extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.90 and recall >= 0.15 and loc >= 0.95 and verdicts >= 0.95 and worst <= 0.15 and \
             nulls_ok >= 0.85 * nulls and undecided_share >= 0.5
     print(f"targets: precision/recall/localization >= 0.95: {'met' if min(precision, recall, loc) >= 0.95 else 'NOT met'}")
     named_share = named / max(1, planted_total)
@@ -183,7 +209,7 @@ def main():
         # null must never be claimed as a chain.
         # Recall of decided chains is bounded by what so few growth-rate values can test, so it is
         # not gated here; the rest is as on dense traces.
-        ok = extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and loc >= 0.95 and verdicts >= 0.95 and \
+        ok = late_ok >= 0.85 * late and extra_ok >= 0.9 * extra and wording_errors == 0 and precision >= 0.95 and loc >= 0.95 and verdicts >= 0.95 and \
             med <= 0.01 and worst <= 0.10 and nulls_ok >= 0.85 * nulls and named_share >= 0.9 and undriven_claimed == 0
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
