@@ -33,6 +33,10 @@ check(set(j["alarm"]) == {"step", "kind", "layer_index", "head", "evidence"}, "a
 check(j["blind_spot"] is None, "counters and per-head norms seen")
 rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5")
 check(out.splitlines()[1].startswith("ALARM at step ") and "layer 2" in out.splitlines()[1], "text: the alarm first")
+# A growth alarm is the precursor, which in the measured runs also came in runs whose loss did not
+# explode: the text says it is a warning, not a verdict, and what to do.
+check(any(x.startswith("what it means:") and "a warning, not a verdict" in x for x in out.splitlines())
+      and any(x.startswith("next: guard the layer") for x in out.splitlines()), "text: what a growth alarm means, and next")
 
 # The failing seed-3 run (loss explosion at 4560 in layer 1 head 0): warned in layer 1, >= 300 steps before.
 rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s3-every10.h5", "--json")

@@ -37,6 +37,24 @@ std::string blind_spot(const alarm::TraceFeeder& f) {
          "; only a logit collapse, a loss explosion or a non-finite value can raise an alarm, as it happens";
 }
 
+// What an alarm of this kind means and what to do, for the text output: the growth alarm sees
+// the mechanism's precursor, which in the measured runs also came in runs whose loss did not
+// explode (docs/results/alarm.md), so it says so, and that the guard costs speed, not learning.
+std::string meaning(const alarm::Alarm& a) {
+  if (a.kind == "growth")
+    return "what it means: the precursor of the failure lpdiag explains, in this head; a warning, not a verdict: in the "
+           "measured runs it came before every late loss explosion, and also in runs whose loss did not explode "
+           "(docs/results/alarm.md)\n"
+           "next: guard the layer (Monitor(..., guard=\"fp32\"), gpt2_train --guard fp32: the switched layer costs speed, "
+           "not learning), or keep watching; when the run ends, `lpdiag analyze` on its trace";
+  if (a.kind == "logit_collapse")
+    return "what it means: the layer's attention logits reached one-hot levels (entropy collapse); in the measured runs "
+           "some learned through it and some failed (docs/results/alarm.md)\n"
+           "next: `lpdiag analyze` on the trace says which this run did";
+  return "what it means: the run is failing now\n"
+         "next: `lpdiag analyze` on the trace for the verdict and the chain, and the run that decides it";
+}
+
 int run_alarm(const AlarmArgs& a) {
   preflight_trace(a.path);
   TraceReader reader(a.path);
@@ -66,6 +84,7 @@ int run_alarm(const AlarmArgs& a) {
       std::cout << "  " << f.evidence << "\n";
       for (std::size_t i = 1; i < alarms.size(); ++i)
         std::cout << fmt::format("then step {}: {}: {}\n", alarms[i].step, alarms[i].kind, alarms[i].evidence);
+      std::cout << meaning(f) << "\n";
     }
     if (!blind.empty()) std::cout << "note: " << blind << "\n";
   }
