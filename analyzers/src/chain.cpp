@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "change_point.hpp"
+#include "link_placement.hpp"
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
@@ -128,24 +129,6 @@ const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* 
   return c.computed && c.r > 0 && c.p < 0.05 ? weak : none;
 }
 
-// A trigger's repeated-max rate just before `onset` (the median of its values over the `tol` bins
-// up to it, widened to the nearest measured bins where a cadence, an observed kernel every N
-// steps, left those unmeasured) and C1's margin for its series (6 noise s.d., at least half a
-// point). The bias needs the trigger present, not stepping up: a rate beyond the margin is present.
-struct TriggerLevel {
-  double rate, margin;
-  bool present() const { return rate >= margin; }
-};
-TriggerLevel trigger_level(const std::vector<double>& series, int onset, int tol) {
-  int w = std::max(1, tol);
-  auto before = tools::finite_values(series, std::max(0, onset - w), std::max(1, onset + 1));
-  while (before.empty() && onset - w > 0) {
-    w *= 2;
-    before = tools::finite_values(series, std::max(0, onset - w), std::max(1, onset + 1));
-  }
-  return {before.empty() ? tools::nan() : tools::median(before), std::max(6 * cp::diff_noise_sd(series), 0.005)};
-}
-
 // The earliest bin a link's onset can lie in. An onset is dated to the first recorded bin that
 // shows it; where its series is recorded sparsely (the delta error of `full` records every N
 // steps, weights every Nth record), it may have begun anywhere after the recorded bin before.
@@ -194,59 +177,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // an onset is found to on ramps of any shape (docs/reference/analyzers.md), so no order can be read.
   const int tol = std::max(1, t.bins / 20);
   c.links = {analyze_trigger(t), analyze_bias(t, bias_z), analyze_updates(t), analyze_growth(t), analyze_loss(t)};
-  // The strongest trigger may sit in another head than the growth: a run can have several heads
-  // with repeated maxima and a biased delta error (the GPT-2-small failure of docs/results/reproduction.md,
-  // layer 2 heads 1 and 7), and which one steps up most decides nothing. The chain
-  // ends in the head that grew, so where W_Q's growth singles out a head, the trigger is asked
-  // there too, by the same rule; found there, it is the chain's.
-  // Link `i`, found strongest in another head than link `j`, asked again in j's head by
-  // `ask(layer, head)`; found there, it is the chain's, its evidence naming where the strongest is.
-  auto relocate = [&](std::size_t i, std::size_t j, const char* where, const char* what, auto ask) {
-    const LinkResult &li = c.links[i], &lj = c.links[j];
-    if (!li.present || !lj.present || lj.head < 0 || (li.layer_index == lj.layer_index && li.head == lj.head)) return;
-    LinkResult there = ask(lj.layer_index, lj.head);
-    if (!there.present) return;
-    there.evidence += fmt::format(" (at the {}'s head; the strongest {} is at layer {} head {})", where, what, li.layer_index, li.head);
-    c.links[i] = std::move(there);
-  };
-  relocate(0, 3, "growth", "trigger", [&](std::int64_t l, std::int64_t h) { return analyze_trigger(t, l, h); });
-  // The strongest bias may sit in another head than the trigger (heavy-tailed noise, or a
-  // second biased head): the chain is about the trigger's head, so ask there too, at the same
-  // threshold as the full search.
-  relocate(1, 0, "trigger", "delta-error bias", [&](std::int64_t l, std::int64_t h) { return analyze_bias(t, bias_z, l, h); });
-  // Trigger and bias still elsewhere than the growth: the chain would end in the head that grew,
-  // so that head is asked for the bias (the same threshold) and for the trigger, which the bias
-  // needs present, not stepping up (trigger_level): a repeated-max rate that rose and fell again
-  // before the failure steps up over no trend (the lr 1e-3 GPT-2-small failure at seed 10: the
-  // growing head's rate went from 3% to 65% and back to 12-20%, while the strongest step up came
-  // in another head at the failure itself). Both found there, they are the chain's.
-  {
-    const LinkResult& g = c.links[3];
-    auto here = [&](const LinkResult& l) { return l.present && l.layer_index == g.layer_index && l.head == g.head; };
-    if (g.present && g.head >= 0 && !(here(c.links[0]) && here(c.links[1]))) {
-      LinkResult bias = here(c.links[1]) ? c.links[1] : analyze_bias(t, bias_z, g.layer_index, g.head);
-      LinkResult trig = c.links[0];
-      if (bias.present && !here(trig)) {
-        const auto rate = repeated_rate(t, t.layer_slot(g.layer_index), g.head);
-        const TriggerLevel lv = trigger_level(rate, bias.onset_bin, tol);
-        if (lv.present()) {
-          const std::string strongest = trig.present ? fmt::format("the strongest step up is at layer {} head {}, step {}", trig.layer_index,
-                                                                   trig.head, trig.onset_step)
-                                                     : std::string("no head's rate stepped up");
-          tools::set_found(trig, t, bias.onset_bin, g.layer_index, g.head, lv.rate, 1.0 - lv.margin / lv.rate, rate);
-          trig.evidence = fmt::format("repeated-max row rate of layer {} head {} was {:.4f} when its bias began (step {}), beyond C1's margin "
-                                      "{:.4f}: present at the growth's head, without a step up over its trend ({})",
-                                      g.layer_index, g.head, lv.rate, bias.onset_step, lv.margin, strongest);
-        }
-      }
-      if (bias.present && here(trig)) {
-        if (!here(c.links[1]))
-          bias.evidence += fmt::format(" (at the growth's head; the strongest delta-error bias is at layer {} head {})", c.links[1].layer_index,
-                                       c.links[1].head);
-        c.links[0] = std::move(trig), c.links[1] = std::move(bias);
-      }
-    }
-  }
+  place_links(t, bias_z, tol, c.links);
   c.run = judge_run(full, c.links[4]);
   const LinkResult &c1 = c.links[0], &c2 = c.links[1], &c3 = c.links[2], &c4 = c.links[3];
   LinkResult& c5 = c.links[4];
