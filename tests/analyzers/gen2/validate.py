@@ -8,7 +8,8 @@ below the issue's targets where those are not met yet (recall and the worst onse
 precision >= 0.95, recall >= 0.70 (0.60 on real-like traces), localization >= 0.95, run verdicts >= 0.95 right, onset
 error of the detected chains' links median <= 0.01 and max <= 0.10 of the trace length, >= 0.85
 of the null traces right (their unplanted link missing; no chain claimed for an undriven
-growth). a chain the trace cannot decide (a candidate, `chain.undecided`) is
+growth), >= 0.85 of the out-of-order nulls with neither a chain nor a candidate at their head
+(the bias beginning well after the growth). a chain the trace cannot decide (a candidate, `chain.undecided`) is
 not a found chain: recall counts it as missed, and the summary line counts candidates apart.
 a rejection of a planted chain may not say the bias "does not" track or drive
 the growth over a positive correlation at p < 0.05: that is weak evidence and reads as such."""
