@@ -157,6 +157,27 @@ def check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check):
           not chain["found"] and chain["undecided"] and (chain["layer_index"], chain["head"]) == (2, 5))
 
 
+
+def check_gpt2_stall_on_sparse_records(lpdiag, d, check):
+    """Seed 18 of the same configuration, packed to every 20th record, keeps one step's loss in
+    20. Its full trace left its trend at step 4,102 and ended at ~1.9x its best: FAILED,
+    loss_stall, a candidate chain at layer 1 head 4. On the packed records the end is 5.3
+    one-record noise s.d. above the best; the stall rule compares the two medians by their own
+    standard error (12 of them here), so the verdict is the full trace's. The healthy seeds packed
+    the same way, whose loss kept falling, stay healthy: the rule may not read their noise as a
+    stall."""
+    name = "gpt2-seedmma-none-1e-3-5k-s18"
+    j = analyze(lpdiag, f"{d}/{name}.h5")
+    run, chain = j["run"], j["chain"]
+    check(f"{name}: failed, loss_stall ({(run['failure'] or {}).get('kind')} from {(run['failure'] or {}).get('onset_step')})",
+          not run["healthy"] and run["failure"]["kind"] == "loss_stall" and 4000 <= run["failure"]["onset_step"] <= 4500)
+    check(f"{name}: an undecided candidate chain at layer 1 head 4 ({chain.get('layer_index')}, {chain.get('head')})",
+          not chain["found"] and chain["undecided"] and (chain["layer_index"], chain["head"]) == (1, 4))
+    for seed in (11, 12, 13, 14, 15, 16, 17, 19, 20):
+        name = f"gpt2-seedmma-none-1e-3-5k-s{seed}"
+        run = analyze(lpdiag, f"{d}/{name}.h5")["run"]
+        check(f"{name}: healthy ({(run['failure'] or {}).get('kind')})", run["healthy"] and run["failure"] is None)
+
 def main():
     lpdiag, d = sys.argv[1], sys.argv[2]
     bad = 0
@@ -186,6 +207,7 @@ def main():
     check_gpt2_failure_at_1e_3(lpdiag, d, check)
     check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check)
     check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check)
+    check_gpt2_stall_on_sparse_records(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]

@@ -43,8 +43,8 @@ std::string blind_spot(const alarm::TraceFeeder& f) {
 std::string meaning(const alarm::Alarm& a) {
   if (a.kind == "growth")
     return "what it means: the precursor of the failure lpdiag explains, in this head; a warning, not a verdict: in the "
-           "measured runs it came before every late loss explosion, and also in runs whose loss did not explode "
-           "(docs/results/alarm.md)\n"
+           "measured runs it came before most late loss explosions, and also in about half the runs whose loss did not "
+           "explode (docs/results/alarm.md)\n"
            "next: guard the layer (Monitor(..., guard=\"fp32\"), gpt2_train --guard fp32: the switched layer costs speed, "
            "not learning), or keep watching; when the run ends, `lpdiag analyze` on its trace";
   if (a.kind == "logit_collapse")
