@@ -173,7 +173,8 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
 bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign& s) {
   const int K = t.bins;
   if (tools::finite_values(x, 0, K).size() < 10) return false;
-  const auto xs = cp::running_median(x, std::max(1, K / 50));
+  const int w = std::max(1, K / 50);  // the running median's half-width
+  const auto xs = cp::running_median(x, w);
   const int n_end = std::max(2, K / 10);
   int best = -1;
   for (int b = 0; b < K - K / 5; ++b)
@@ -187,7 +188,6 @@ bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign&
   // difference's keep a flat noisy loss from reading as a stall, as does the 15% floor.
   const auto tail = tools::finite_values(x, K - n_end, K);
   const double end = tools::median(tail), noise = cp::diff_noise_sd(x);
-  const int w = std::max(1, K / 50);
   const double se = 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(tail.size()) + 1.0 / (2.0 * w + 1.0));
   if (!(end >= 1.15 * xs[best] && end - xs[best] > 6 * se)) return false;
   int onset = best;
