@@ -20,6 +20,9 @@ std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNu
   if (bias_unrecorded && !n.all_external && !n.all_fp32)
     return "next: record the delta error (lpdiag.Monitor(..., level=\"counters\", full_every=50); gpt2_train --level full "
            "--full-every 50) to test for biased rounding";
+  if (c.run.healthy && !c.run.warnings.empty() && c.run.warnings.front().kind == "loss_rise_at_end")
+    return "next: the loss was rising when the trace ended: train on (or rerun longer) with the Monitor recording and analyze "
+           "again; `lpdiag alarm` on this trace shows whether a layer was warned of";
   if (c.run.healthy && !c.found && !c.undecided) return "next: nothing to do; keep recording, and run `lpdiag watch` on the live trace";
   if (ref && ref->attributable.has_value() && *ref->attributable)
     return "next: train with numerics that do not round with a bias: fix=\"paper\" or fix=\"sr\" (stochastic rounding) in "
