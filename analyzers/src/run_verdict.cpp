@@ -169,6 +169,12 @@ bool logit_growth(const BinnedTrace& t, const std::vector<double>& m, FailureSig
   return false;
 }
 
+// The standard error of the difference between the median of `a` bins and the median of `b`
+// others, each bin of noise s.d. `noise`: a median of n is known to ~1.2533 s.d./sqrt(n).
+double median_difference_se(double noise, std::size_t a, int b) {
+  return 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(a) + 1.0 / static_cast<double>(b));
+}
+
 // `x`: the loss with its non-finite bins as NaN (finite_loss below).
 bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign& s) {
   const int K = t.bins;
@@ -188,7 +194,7 @@ bool loss_stall(const BinnedTrace& t, const std::vector<double>& x, FailureSign&
   // difference's keep a flat noisy loss from reading as a stall, as does the 15% floor.
   const auto tail = tools::finite_values(x, K - n_end, K);
   const double end = tools::median(tail), noise = cp::diff_noise_sd(x);
-  const double se = 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(tail.size()) + 1.0 / (2.0 * w + 1.0));
+  const double se = median_difference_se(noise, tail.size(), 2 * w + 1);
   if (!(end >= 1.15 * xs[best] && end - xs[best] > 6 * se)) return false;
   int onset = best;
   for (int b = best + 1; b < K; ++b)
@@ -264,7 +270,7 @@ bool loss_rise_at_end(const BinnedTrace& t, const std::vector<double>& x, Failur
   const auto tail = tools::finite_values(x, K - n_end, K);
   if (best < 0 || tail.size() < 3) return false;
   const double end = tools::median(tail), noise = cp::diff_noise_sd(x);
-  const double se = 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(tail.size()) + 1.0 / (2.0 * w + 1.0));
+  const double se = median_difference_se(noise, tail.size(), 2 * w + 1);
   if (!(end >= 1.25 * xs[best] && end - xs[best] > 6 * se)) return false;
   int onset = best;  // the first bin past half the rise
   while (onset + 1 < K && !(std::isfinite(xs[onset]) && xs[onset] - xs[best] >= 0.5 * (end - xs[best]))) ++onset;
