@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "autocast.hpp"
 #include "clip.hpp"
@@ -29,6 +30,12 @@ int train(int argc, char** argv) {
   app.add_option("--block", cfg.block)->capture_default_str();
   app.add_option("--lr", lr)->capture_default_str();
   app.add_option("--warmup", warmup)->capture_default_str();
+  int64_t decay_steps = -1;
+  app.add_option("--decay-steps", decay_steps,
+                 "Step where the cosine decay reaches --min-lr; the lr stays there after it (default: --steps). Running on "
+                 "past a run's end with --decay-steps set to its --steps keeps the first run's schedule")
+      ->capture_default_str();
+  app.add_option("--min-lr", min_lr, "The lr at the end of the cosine decay")->capture_default_str();
   app.add_option("--policy", cfg.policy, "Attention numerics: fa2, seed, seed-mma, fp32, fp8-p (seed and seed-mma take :tile=N)")->capture_default_str();
   app.add_option("--fix", cfg.fix, "none, paper, safe")->capture_default_str();
   app.add_option("--level", cfg.instrument, "Instrumentation level of the attention op: off, counters, full")->capture_default_str();
@@ -69,6 +76,11 @@ int train(int argc, char** argv) {
   std::string guard_at;
   app.add_option("--guard-at", guard_at,
                  "STEP:LAYER switches LAYER to the --guard numerics after STEP without an alarm (what a false alarm costs)");
+  bool deterministic = false;
+  app.add_flag("--deterministic", deterministic,
+               "PyTorch's deterministic algorithms and cuBLAS's fixed workspace, for runs meant to repeat exactly (a guarded arm "
+               "and its unguarded arm up to the switch; a run run on past its end); PyTorch warns of any op it has no "
+               "deterministic form of. lpdiag's attention kernels are deterministic either way");
   app.add_flag("--no-monitor", no_monitor, "Train without the Monitor (the overhead benchmark's baseline)");
   app.add_flag("--overwrite", overwrite, "Replace an existing trace at --out (without it, an existing file is refused and left untouched)");
   bool activations = true;
@@ -110,6 +122,11 @@ int train(int argc, char** argv) {
   }
   const torch::Device dev(device == "cuda" ? torch::kCUDA : torch::kCPU);
   if (device == "cuda") at::globalContext().setAllowTF32CuBLAS(true);  // the non-attention matmuls in TF32
+  if (deterministic) {
+    // Before the first cuBLAS handle exists: cuBLAS picks its reduction order per workspace size.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 1);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);  // a warning names any op without a deterministic form
+  }
   torch::manual_seed(static_cast<uint64_t>(seed));
   const gpt2::Corpus corpus = gpt2::load_corpus(text);
   cfg.vocab = corpus.vocab;
@@ -120,7 +137,9 @@ int train(int argc, char** argv) {
   const std::string run_config = "{\"model\":\"gpt2\",\"n_layer\":" + std::to_string(cfg.n_layer) + ",\"n_head\":" +
                                  std::to_string(cfg.n_head) + ",\"n_embd\":" + std::to_string(cfg.n_embd) + ",\"block\":" +
                                  std::to_string(cfg.block) + ",\"batch\":" + std::to_string(batch) + ",\"lr\":" + std::to_string(lr) +
-                                 ",\"warmup\":" + std::to_string(warmup) + ",\"steps\":" + std::to_string(steps) + ",\"seed\":" +
+                                 ",\"warmup\":" + std::to_string(warmup) + ",\"steps\":" + std::to_string(steps) +
+                                 ",\"decay_steps\":" + std::to_string(decay_steps < 0 ? steps : decay_steps) + ",\"min_lr\":" + std::to_string(min_lr) +
+                                 ",\"deterministic\":" + (deterministic ? "true" : "false") + ",\"seed\":" +
                                  std::to_string(seed) + ",\"data_seed\":" + std::to_string(data_seed < 0 ? seed : data_seed) +
                                  ",\"lr_spike\":\"" + lr_spike + "\",\"device\":\"" + device + "\",\"attention\":\"" + cfg.attention +
                                  "\",\"optimizer\":\"adamw\",\"weight_decay\":" + std::to_string(weight_decay) +
@@ -190,9 +209,11 @@ int train(int argc, char** argv) {
   double copy_secs = 0;    // host time in the batch's copy to the device, which waits for the last step
   auto t_log = t0;
   int64_t log_step = 0;
+  const int64_t decay_end = decay_steps < 0 ? steps : decay_steps;
   for (int64_t step = 0; step < steps; ++step) {
     const double cur_lr = step < warmup ? lr * double(step + 1) / double(warmup)
-                                        : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, steps - warmup))));
+                          : step >= decay_end ? min_lr
+                                              : min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * double(step - warmup) / double(std::max<int64_t>(1, decay_end - warmup))));
     const double step_lr = step >= spike_step && step < spike_step + spike_len ? cur_lr * spike_factor : cur_lr;
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(step_lr);
     if (step == timed_from) sync(), t_steady = std::chrono::steady_clock::now();

@@ -5,7 +5,8 @@
 # ARM=unguarded: the same run without --guard (the live alarm still reports); ARM=fp32: its fp32
 # arm, PyTorch's SDPA in fp32 (the reproduction's counterfactual, ~400 s on an H200). A guarded run
 # that raises no alarm is its own unguarded arm: run it first, and the unguarded arm of a seed
-# only where the guard switched.
+# only where the guard switched. STEPS=N runs on past step 5,000 at the schedule's final lr (the
+# first 5,000 steps keep the 5,000-step schedule); DET=1 adds --deterministic.
 # MODE=repro: whether the same seed gives the same run twice in one build on one card.
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
 # steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
@@ -39,11 +40,16 @@ fi
 if [ "${MODE:-run}" = repro ]; then
   # Whether one build on one card gives the same run twice: two 300-step runs of the failing config,
   # same seed, their losses compared bit for bit (a guarded arm and its unguarded arm can then be
-  # paired exactly up to the switch, across calls on the same kind of card).
-  for rep in 1 2; do
+  # paired exactly up to the switch, across calls on the same kind of card). DET=1: with
+  # --deterministic, and a third run without it, interleaved, for what determinism costs per step.
+  det=(); [ -n "${DET:-}" ] && det=(--deterministic)
+  for rep in 1 2 3; do
+    flags=("${det[@]}"); [ $rep = 3 ] && { [ -n "${DET:-}" ] || break; flags=(); }
     timeout 120 $G --steps 300 --log-every 1 --weights-every 10 --no-activations --lr 1e-3 --warmup 200 --text corpus/kjv.txt \
-      --seed "${SEED:-3}" --policy seed-mma:tile=512 --no-monitor >"$OUT/repro-$rep.log" 2>&1
+      --seed "${SEED:-3}" --policy seed-mma:tile=512 --no-monitor "${flags[@]}" >"$OUT/repro-$rep.log" 2>&1
+    echo "run $rep ${flags[*]:-(not deterministic)}: $(grep -E '^steady' "$OUT/repro-$rep.log" | cut -c1-70)"
   done
+  grep -ih "determinis" "$OUT"/repro-*.log | sort | uniq -c | head -20
   for rep in 1 2; do awk '/^step/ {print $2, $4, $8}' "$OUT/repro-$rep.log" >"$OUT/repro-$rep.steps"; done
   if cmp -s "$OUT/repro-1.steps" "$OUT/repro-2.steps"; then echo "repro: losses and grad norms identical as printed over 300 steps"; else
     echo "repro: differ, first at: $(diff "$OUT/repro-1.steps" "$OUT/repro-2.steps" | head -3 | tr '\n' ' ')"; fi
@@ -58,8 +64,8 @@ case "${ARM:-guarded}" in
 esac
 echo "== run $name $(date +%T)"
 timeout -s TERM "${RUN_LIMIT:-430}" $G --weight-decay 0 --text corpus/kjv.txt --level full --full-every 50 --compression 6 --flush-every 50 \
-  --log-every 250 --weights-every 10 --no-activations --warmup 200 --steps 5000 --seed "$seed" --lr 1e-3 \
-  "${arm[@]}" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
+  --log-every 250 --weights-every 10 --no-activations --warmup 200 --steps "${STEPS:-5000}" --decay-steps 5000 --seed "$seed" --lr 1e-3 \
+  ${DET:+--deterministic} "${arm[@]}" --out "$OUT/$name.h5" >"$OUT/$name.log" 2>&1
 echo "rc=$? $(date +%T)"
 grep -E "ALARM|^step +[0-9]*[05]00 |^steady|^trained|^alarms" "$OUT/$name.log" | cut -c1-400
 $B/tools/lpdiag analyze "$OUT/$name.h5" >"$OUT/$name.analyze.txt" 2>&1; head -12 "$OUT/$name.analyze.txt"
