@@ -178,6 +178,25 @@ def check_gpt2_stall_on_sparse_records(lpdiag, d, check):
         run = analyze(lpdiag, f"{d}/{name}.h5")["run"]
         check(f"{name}: healthy ({(run['failure'] or {}).get('kind')})", run["healthy"] and run["failure"] is None)
 
+
+def check_gpt2_failure_after_the_schedule(lpdiag, d, check):
+    """Seeds 21 and 22 ran the same configuration on past its 5,000-step schedule to step 6,000 at
+    the schedule's final lr. Seed 22 was healthy at step 5,000 and failed from step 5,672 (full
+    trace: loss_explosion, a chain at layer 2 head 9); packed to every 10th record its verdict is
+    still a loss explosion after step 5,000 with its candidate at that head. Seed 21 stays healthy."""
+    name = "gpt2-seedmma-none-1e-3-6k-s22"
+    j = analyze(lpdiag, f"{d}/{name}.h5")
+    run, chain = j["run"], j["chain"]
+    failure = run["failure"] or {}
+    check(f"{name}: failed, loss_explosion after step 5000 ({failure.get('kind')} from {failure.get('onset_step')})",
+          not run["healthy"] and failure.get("kind") == "loss_explosion" and 5000 < failure.get("onset_step", 0) <= 5800)
+    check(f"{name}: its chain or candidate at layer 2 head 9 ({chain.get('layer_index')}, {chain.get('head')})",
+          (chain["found"] or chain["undecided"]) and (chain["layer_index"], chain["head"]) == (2, 9))
+    name = "gpt2-seedmma-none-1e-3-6k-s21"
+    run = analyze(lpdiag, f"{d}/{name}.h5")["run"]
+    check(f"{name}: healthy ({(run['failure'] or {}).get('kind')})", run["healthy"] and run["failure"] is None)
+
+
 def main():
     lpdiag, d = sys.argv[1], sys.argv[2]
     bad = 0
@@ -208,6 +227,7 @@ def main():
     check_gpt2_failure_at_1e_3_seed_3(lpdiag, d, check)
     check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check)
     check_gpt2_stall_on_sparse_records(lpdiag, d, check)
+    check_gpt2_failure_after_the_schedule(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]

@@ -6,7 +6,7 @@
  2. No product file (libdiag/, hooks/, analyzers/, tools/, python/, examples/, cmake/) names the
     lab folder: the product never depends on the experiments.
  3. Every document a source file, script or doc names (a path ending in .md) exists in the tree.
- 4. Size: tracked files <= 30 MB in all, tests/fixtures/ <= 25 MB (the GPU machine carries at
+ 4. Size: tracked files <= 30 MB in all, tests/fixtures/ <= 26 MB (the GPU machine carries at
     most 64 MiB of working tree).
  5. Tests spell Catch2's Approx as Catch::Approx (Catch2 3.x, on the GPU machine, has no bare
     Approx; tests/catch_compat.hpp gives 2.13 the same name).
@@ -24,7 +24,7 @@ TEXT_EXT = (".cpp", ".hpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".
 NUMBERED = re.compile(r"\b(" + "sess" + r"ions?|" + "iss" + r"ues?)[ -]#?[0-9]+\b", re.I)
 DOC_PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b")
 BARE_APPROX = re.compile(r"(?<![\w:])Approx\(")
-TREE_LIMIT, FIXTURE_LIMIT = 30_000_000, 25_000_000
+TREE_LIMIT, FIXTURE_LIMIT = 30_000_000, 26_000_000
 
 
 def tracked():
