@@ -2,8 +2,12 @@
 alarm, 0 none, 2 unusable input), one JSON object with --json, and what the trace cannot show.
   alarm_cli.py LPDIAG FIXTURES_DIR"""
 import json
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from check_list import CheckList  # noqa: E402
 
 cli, fx = sys.argv[1], sys.argv[2]
 
@@ -13,13 +17,7 @@ def alarm(path, *extra):
     return p.returncode, p.stdout, p.stderr
 
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+check = CheckList()
 
 
 # The failing seed-1 run (loss explosion at 4850 in layer 2 head 7): a growth alarm in layer 2,
@@ -100,4 +98,4 @@ check(p.returncode == 1 and "ALARM at step 4290: growth: layer 2 head 7" in line
 rc, out, err = alarm(f"{fx}/no-such.h5", "--json")
 check(rc == 2 and "no-such.h5" in err, f"missing file: exit 2 ({rc}, {err.strip()})")
 
-sys.exit(1 if failures else 0)
+check.finish()

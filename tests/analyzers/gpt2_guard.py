@@ -11,15 +11,12 @@ import sys
 
 import h5py
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from check_list import CheckList  # noqa: E402
+
 train, cli, out = sys.argv[1:4]
 os.makedirs(out, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+check = CheckList()
 
 
 def run(name, *extra):
@@ -47,4 +44,4 @@ with h5py.File(g, "r") as f, h5py.File(u, "r") as h:
     check(all(lg[i] == lu[i] for i in same), f"identical to the unguarded run up to step {first}")
 p = subprocess.run([cli, "analyze", g], capture_output=True, text=True)
 check("guard at step" in p.stdout and "alarm at step" in p.stdout, "analyze shows the alarms and the switches:\n" + p.stdout)
-sys.exit(1 if failures else 0)
+check.finish()

@@ -10,15 +10,12 @@ import sys
 
 import h5py
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from check_list import CheckList  # noqa: E402
+
 train, out = sys.argv[1:3]
 os.makedirs(out, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+check = CheckList()
 
 
 def run(name, *extra):
@@ -45,6 +42,4 @@ check(first.get(39, ("", ""))[1] != "2.00e-04" and float(first[39][1]) < 2.1e-4,
 with h5py.File(path, "r") as h:
     cfg = json.loads(h.attrs["run_config"])
 check(cfg.get("decay_steps") == 40 and cfg.get("steps") == 60, f"run_config records decay_steps 40 of 60 steps: {cfg.get('decay_steps')}")
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("all checks passed")
+check.finish()
