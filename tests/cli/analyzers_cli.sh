@@ -32,6 +32,26 @@ grep -Eq "^  C5: loss rose from .* and to .* by step" <<<"$out" || { echo "FAIL:
 "$lpdiag" probe --help | grep -q "sr (stochastic rounding" || { echo "FAIL: probe --help omits sr"; exit 1; }
 echo "ok: analyze exit codes and text"
 
+# A loss that turns up in the trace's last steps: the headline says healthy only up to the turn
+# (the clean trace's loss replaced by a linear fall with Gaussian noise, s.d. 0.01, fixed seed 5,
+# that rises 0.07 over records at 92-96% of the run: the unit test's series). Exit 0: no failure.
+"$lpdiag" synth "$work/rise.h5" --kind clean --seed 12 >/dev/null
+/usr/bin/python3 - "$work/rise.h5" <<'PY'
+import sys
+import h5py
+import numpy as np
+rng = np.random.default_rng(5)
+print("seed 5")
+with h5py.File(sys.argv[1], "r+") as h:
+    n = len(h["scalars/loss"])
+    i = np.arange(n)
+    h["scalars/loss"][:] = 0.12 + 0.25 * (1 - i / n) + 0.07 * np.clip((i - 0.92 * n) / (0.04 * n), 0, 1) + rng.normal(0, 0.01, n)
+PY
+expect_rc 0 "$lpdiag" analyze "$work/rise.h5"
+sed -n 2p "$work/rc.out" | grep -Eq "^HEALTHY UNTIL STEP [0-9]+: the loss was rising when the trace ended \(loss_rise_at_end\)$" ||
+  { echo "FAIL: the headline of a loss rising at the end:"; cat "$work/rc.out"; exit 1; }
+echo "ok: a loss rising at the end is healthy only until its turn"
+
 # analyze --json: the documented keys, a found chain on the planted trace, the missing link on a null.
 "$lpdiag" analyze --json "$work/chain.h5" > "$work/chain.json" || true
 "$lpdiag" analyze --json "$work/spike.h5" > "$work/spike.json" || true

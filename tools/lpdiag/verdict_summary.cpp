@@ -43,7 +43,12 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
     out.push_back(next_step(c, n, ref));
     return out;
   }
-  if (c.run.healthy)
+  // A loss that turned up at the trace's end is healthy only up to the turn: the failure rules
+  // cannot judge what came after it, so the headline does not call the whole run healthy.
+  if (c.run.healthy && !c.run.warnings.empty() && c.run.warnings.front().kind == "loss_rise_at_end")
+    out.push_back(fmt::format("HEALTHY UNTIL STEP {}: the loss was rising when the trace ended (loss_rise_at_end)",
+                              c.run.warnings.front().onset_step));
+  else if (c.run.healthy)
     out.push_back(c.run.warnings.empty() ? "HEALTHY"
                                          : fmt::format("HEALTHY, with a warning: {} from step {}", c.run.warnings.front().kind,
                                                        c.run.warnings.front().onset_step));
