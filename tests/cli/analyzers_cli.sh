@@ -50,7 +50,10 @@ PY
 expect_rc 0 "$lpdiag" analyze "$work/rise.h5"
 sed -n 2p "$work/rc.out" | grep -Eq "^HEALTHY UNTIL STEP [0-9]+: the loss was rising when the trace ended \(loss_rise_at_end\)$" ||
   { echo "FAIL: the headline of a loss rising at the end:"; cat "$work/rc.out"; exit 1; }
-echo "ok: a loss rising at the end is healthy only until its turn"
+"$lpdiag" report "$work/rise.h5" -o "$work/rise.html" >/dev/null
+grep -Eq "<h2 class=\"open\">Run healthy until step [0-9]+: the loss was rising when the trace ended</h2>" "$work/rise.html" ||
+  { echo "FAIL: the report's headline of a loss rising at the end"; grep -o "<h2[^<]*</h2>" "$work/rise.html"; exit 1; }
+echo "ok: a loss rising at the end is healthy only until its turn (analyze and report)"
 
 # analyze --json: the documented keys, a found chain on the planted trace, the missing link on a null.
 "$lpdiag" analyze --json "$work/chain.h5" > "$work/chain.json" || true

@@ -16,6 +16,7 @@
 #include "lpdiag/trace/preflight.hpp"
 #include "progress.hpp"
 #include "svg_plot.hpp"
+#include "verdict_summary.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -150,7 +151,10 @@ int run_report(const ReportArgs& a) {
             "</p>";
   // The headline is the run verdict: a failed run is never shown green, nor a healthy one with a
   // warning (a loss plateau, logits that kept growing): that one is grey and says so.
-  html += c.run.healthy ? (c.run.warnings.empty() ? std::string("<h2 class=\"none\">Run healthy</h2>")
+  // A loss rising at the trace's end: healthy only until the turn, as analyze's headline says.
+  html += loss_rising_at_end(c) ? fmt::format("<h2 class=\"open\">Run healthy until step {}: the loss was rising when the trace ended</h2>",
+                                      c.run.warnings.front().onset_step)
+          : c.run.healthy ? (c.run.warnings.empty() ? std::string("<h2 class=\"none\">Run healthy</h2>")
                                                   : std::string("<h2 class=\"open\">Run healthy by the failure rules, with a warning</h2>"))
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));

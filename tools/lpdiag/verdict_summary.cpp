@@ -20,7 +20,7 @@ std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNu
   if (bias_unrecorded && !n.all_external && !n.all_fp32)
     return "next: record the delta error (lpdiag.Monitor(..., level=\"counters\", full_every=50); gpt2_train --level full "
            "--full-every 50) to test for biased rounding";
-  if (c.run.healthy && !c.run.warnings.empty() && c.run.warnings.front().kind == "loss_rise_at_end")
+  if (loss_rising_at_end(c))
     return "next: the loss was rising when the trace ended: train on (or rerun longer) with the Monitor recording and analyze "
            "again; `lpdiag alarm` on this trace shows whether a layer was warned of";
   if (c.run.healthy && !c.found && !c.undecided) return "next: nothing to do; keep recording, and run `lpdiag watch` on the live trace";
@@ -35,6 +35,10 @@ std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNu
 
 }  // namespace
 
+bool loss_rising_at_end(const analysis::ChainResult& c) {
+  return c.run.healthy && !c.run.warnings.empty() && c.run.warnings.front().kind == "loss_rise_at_end";
+}
+
 std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
                                          const std::optional<analysis::ReferenceComparison>& ref) {
   std::vector<std::string> out;
@@ -45,7 +49,7 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
   }
   // A loss that turned up at the trace's end is healthy only up to the turn: the failure rules
   // cannot judge what came after it, so the headline does not call the whole run healthy.
-  if (c.run.healthy && !c.run.warnings.empty() && c.run.warnings.front().kind == "loss_rise_at_end")
+  if (loss_rising_at_end(c))
     out.push_back(fmt::format("HEALTHY UNTIL STEP {}: the loss was rising when the trace ended (loss_rise_at_end)",
                               c.run.warnings.front().onset_step));
   else if (c.run.healthy)

@@ -15,6 +15,10 @@ namespace lpdiag::cli {
 std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
                                          const std::optional<analysis::ReferenceComparison>& ref = std::nullopt);
 
+// A healthy run whose loss turned up at the trace's end (its first warning is loss_rise_at_end):
+// healthy only until the turn, which every headline says.
+bool loss_rising_at_end(const analysis::ChainResult& c);
+
 // One line per link: id, name, where and from which step, or MISSING.
 std::vector<std::string> link_table(const analysis::ChainResult& c);
 
