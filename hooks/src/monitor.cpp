@@ -1,5 +1,6 @@
 #include "lpdiag/hooks/monitor.hpp"
 
+#include "lpdiag/alarm/readings_json.hpp"
 #include "lpdiag/alarm/trace_feeder.hpp"
 #include "lpdiag/hooks/guard.hpp"
 
@@ -629,6 +630,10 @@ std::string Monitor::alarms_json() const {
     j.push_back({{"step", a.step}, {"kind", a.kind}, {"layer_index", a.layer_index >= 0 ? nlohmann::json(a.layer_index) : nlohmann::json()},
                  {"head", a.head >= 0 ? nlohmann::json(a.head) : nlohmann::json()}, {"evidence", a.evidence}, {"guarded", guarded}});
   return j.dump();
+}
+
+std::string Monitor::readings_json() const {
+  return detector_ ? alarm::readings_json(detector_->readings()).dump() : "null";
 }
 
 std::vector<int64_t> Monitor::guarded_layers() const {

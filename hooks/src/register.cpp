@@ -95,6 +95,7 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("set_guard", &Monitor::set_guard)
       .def("alarms_json", &Monitor::alarms_json)
       .def("alarm_count", &Monitor::alarm_count)
+      .def("readings_json", &Monitor::readings_json)
       .def("guarded_layers", &Monitor::guarded_layers)
       .def("guard_layer", &Monitor::guard_layer);
 }

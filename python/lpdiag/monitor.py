@@ -15,6 +15,7 @@ from torch.distributed when it is initialized (one trace per rank: NAME.rank<k>.
 Monitors may run at once (two models): each records only its own layers' counters; counters of
 a layer no Monitor holds are reported once (stderr, and an `unregistered_layer` event)."""
 import json
+import math
 import sys
 
 import torch
@@ -258,6 +259,41 @@ class Monitor:
         """The alarms so far: dicts {step, kind, layer_index, head, evidence, guarded} (guarded: the
         guard switched the layer)."""
         return list(self._alarms)
+
+    def readings(self, prefix="lpdiag/", flat=True):
+        """What the alarm read after the latest record it saw (on CUDA one record behind: a record's
+        statistics land with the next step), for the user's own dashboard, e.g.
+        `wandb.log(mon.readings(), step=step)`. Flat (the default): {name: float} with only the
+        measured values, named `{prefix}loss_over_best` (the loss's running median over its best;
+        the loss alarm fires at 2), `{prefix}median_growth` (the median head's log sigma_1 growth
+        over the alarm's window), and per attention layer L `{prefix}layerL/excess_growth` (the
+        largest growth beyond the median head's; the growth alarm wants 0.25),
+        `.../excess_head`, `.../repeated_rate` and `.../repeated_ratio` (that head's
+        repeated-maximum rate over the last window, and over the window before; the alarm wants
+        2), `.../logit_max` (the layer's largest attention logit), and `{prefix}alarms` (how many so
+        far). flat=False: the nested dict of `lpdiag alarm --readings`' quantities (None where
+        unmeasured). {} when the alarm is off."""
+        r = json.loads(self._mon.readings_json())
+        if not flat or r is None:
+            return r if r is not None else {}
+        out = {}
+
+        def put(name, x):
+            if x is not None and math.isfinite(x):
+                out[prefix + name] = float(x)
+
+        put("loss_over_best", r["loss_over_best"])
+        put("median_growth", r["median_growth"])
+        for lay in r["layers"]:
+            k = f"layer{lay['layer_index']}/"
+            put(k + "excess_growth", lay["excess_growth"])
+            put(k + "excess_head", lay["head"])
+            put(k + "repeated_rate", lay["repeated_rate"])
+            if lay["repeated_rate"] is not None and lay["repeated_rate_before"]:
+                put(k + "repeated_ratio", lay["repeated_rate"] / lay["repeated_rate_before"])
+            put(k + "logit_max", lay["logit_max"])
+        out[prefix + "alarms"] = float(len(self._alarms))
+        return out
 
     def guard_layer(self, layer, guard=None):
         """Switch layer `layer` (0-based) to safe numerics now, as an alarm with guard= would: guard

@@ -129,3 +129,34 @@ TEST_CASE("a record at a step already seen is ignored", "[alarm]") {
   again.loss = INFINITY;
   CHECK(d.feed(again).empty());
 }
+
+TEST_CASE("the readings are the quantities the rules compare, after the latest record", "[alarm]") {
+  // No alarm (the repeated maxima do not rise); at step 3000 layer 1 head 2 has grown 0.5 in log
+  // sigma_1 over the window beyond the settled heads' 0.005. Exact up to rounding (1e-9).
+  AlarmDetector d;
+  CHECK(d.readings().layers.empty());
+  CHECK(std::isnan(d.readings().loss_over_best));
+  for (const auto& r : run(0.5, 0.02)) d.feed(r);
+  REQUIRE(d.alarms().empty());
+  const Readings& x = d.readings();
+  CHECK(x.step == 3000);
+  CHECK(x.median_growth == Catch::Approx(0.005).margin(1e-9));
+  CHECK(x.loss_over_best == Catch::Approx(1.0).margin(1e-9));  // a falling loss is at its best
+  REQUIRE(x.layers.size() == 2);
+  CHECK(x.layers[1].layer_index == 1);
+  CHECK(x.layers[1].head == 2);
+  CHECK(x.layers[1].excess_growth == Catch::Approx(0.5).margin(1e-9));
+  CHECK(x.layers[1].repeated_rate == Catch::Approx(0.02).margin(1e-12));
+  CHECK(x.layers[1].repeated_rate_before == Catch::Approx(0.02).margin(1e-12));
+  CHECK(x.layers[0].excess_growth == Catch::Approx(0.0).margin(1e-9));
+  CHECK(x.layers[0].logit_max == 20);
+
+  // The loss doubling: the running median of the last 5 over its best, as the loss rule reads it.
+  auto rs = run(0.5, 0.02, 1000);
+  for (std::size_t i = rs.size() - 3; i < rs.size(); ++i) rs[i].loss = 2 * 3.0;
+  AlarmDetector e;
+  for (const auto& r : rs) e.feed(r);
+  CHECK(e.readings().loss_over_best == Catch::Approx(6.0 / (3.0 - 0.0002 * 950)).epsilon(1e-9));
+  REQUIRE(e.alarms().size() == 1);
+  CHECK(e.alarms()[0].kind == "loss_explosion");
+}

@@ -94,6 +94,29 @@ p = subprocess.run([cli, "watch", f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--
 line = next((x for x in p.stdout.splitlines() if "ALARM at step" in x), "")
 check(p.returncode == 1 and "ALARM at step 4290: growth: layer 2 head 7" in line, f"watch prints the alarm first seen by alarm: {line!r}")
 
+# --readings: what the detector read after each record, one CSV row per record. At the seed-1 alarm
+# the alarmed layer's largest excess growth is at least the growth rule's threshold (0.25), and the
+# loss's running median is near its best (the loss had not yet risen: the alarm came first).
+import csv  # noqa: E402
+import tempfile  # noqa: E402
+
+with tempfile.TemporaryDirectory() as d:
+    path = f"{d}/readings.csv"
+    rc, out, err = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--readings", path)
+    rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
+    replay = json.loads(alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k.h5", "--json")[1])
+    first = replay["alarm"]
+    at = next((r for r in rows if int(r["step"]) == first["step"]), None)
+    L = first["layer_index"]
+    check(rc == 1 and at is not None and float(at[f"L{L}_excess_growth"]) >= 0.25 and float(at["loss_over_best"]) < 1.2,
+          f"--readings: at the alarm (step {first['step']}) layer {L} reads excess growth >= 0.25: {at and {k: at[k] for k in at if k.startswith(f'L{L}_')}} {err}")
+    check(len(rows) == replay["records"], f"--readings: one row per record ({len(rows)} of {replay['records']})")
+    before = open(path).read()
+    rc, _, err = alarm(f"{fx}/real/healthy.h5", "--readings", path)
+    check(rc == 2 and "--overwrite" in err and open(path).read() == before, f"--readings: an existing file is refused and kept: {err.strip()}")
+    rc, _, err = alarm(f"{fx}/real/healthy.h5", "--readings", path, "--overwrite")
+    check(rc == 0 and open(path).read() != before, f"--readings --overwrite replaces it (rc {rc}) {err.strip()}")
+
 # Unusable input: exit 2 and one line naming the file.
 rc, out, err = alarm(f"{fx}/no-such.h5", "--json")
 check(rc == 2 and "no-such.h5" in err, f"missing file: exit 2 ({rc}, {err.strip()})")

@@ -6,6 +6,8 @@ query weights are scaled up 300x at step 12 (its logits jump: a collapse the ala
    run's up to the alarm's step and not after; the trace records layer 1's numerics as fp32 from
    then on (attention_spec event), layer 0's unchanged;
  - an external kernel (lpdiag.observed) in a guarded layer receives fp32 q, k, v after the switch;
+ - Monitor.readings() gives the alarm's quantities as flat floats, the same as `lpdiag alarm
+   --readings` reads from the trace;
  - an on_alarm that raises does not stop training; bad guard arguments are refused.
 Seed: fixed (printed). Tolerances: none; losses are compared bit for bit.
     guard.py LPDIAG_CLI"""
@@ -78,6 +80,25 @@ with tempfile.TemporaryDirectory() as d:
     j = json.loads(out.stdout)
     check("lpdiag alarm on the trace raises what the Monitor raised", out.returncode == 1 and j["alarm"]["step"] == JUMP
           and j["alarm"]["layer_index"] == 1, out.stdout + out.stderr)
+
+    # The readings, for a dashboard: flat floats, the collapse's logit in layer 1, the alarm counted;
+    # the same as `lpdiag alarm --readings` reads from the trace at its last record (to 1e-6
+    # relative: the trace keeps float32 values where the Monitor's detector saw doubles).
+    r = mon.readings()
+    check("readings: flat floats, layer 1's logit at collapse level, one alarm",
+          all(isinstance(v, float) for v in r.values()) and r.get("lpdiag/layer1/logit_max", 0) >= 100
+          and r.get("lpdiag/layer0/logit_max", 1e9) < 100 and r.get("lpdiag/alarms") == 1.0
+          and "lpdiag/loss_over_best" in r, str(r))
+    out = subprocess.run([cli, "alarm", f"{d}/plain.h5", "--readings", f"{d}/readings.csv"], capture_output=True, text=True)
+    rows = [line.split(",") for line in open(f"{d}/readings.csv").read().splitlines()] if os.path.exists(f"{d}/readings.csv") else [[]]
+    last = dict(zip(rows[0], rows[-1]))
+    want = {"loss_over_best": r.get("lpdiag/loss_over_best"), "L0_logit_max": r.get("lpdiag/layer0/logit_max"),
+            "L1_logit_max": r.get("lpdiag/layer1/logit_max")}
+    check("lpdiag alarm --readings: one row per record, its last row the Monitor's readings",
+          len(rows) == STEPS + 1 and last.get("step") == str(STEPS - 1)
+          and all(k in last and v is not None and abs(float(last[k]) - v) <= 1e-6 * abs(v) for k, v in want.items()),
+          f"{out.stderr} {last} {want}")
+    check("readings: {} with the alarm off", lpdiag.Monitor(f"{d}/quiet.h5", Model(op_attention), alarm=False).readings() == {})
 
     guarded, gmon = train(f"{d}/guard.h5", guard="fp32")
     check("guard: layer 1 switched", gmon.guarded_layers == [1] and gmon.alarms[0]["guarded"], str(gmon.alarms))

@@ -4,11 +4,18 @@
 // Exit 1 when an alarm was raised, 0 when none, 2 unusable input.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "lpdiag/alarm/trace_feeder.hpp"
 #include "lpdiag/command.hpp"
+#include "lpdiag/error.hpp"
 #include "lpdiag/trace/preflight.hpp"
 
 namespace lpdiag::cli {
@@ -17,6 +24,57 @@ namespace {
 struct AlarmArgs {
   std::string path;
   bool json = false;
+  std::string readings;  // CSV of the detector's readings, one row per record ("" none)
+  bool overwrite = false;
+};
+
+void check_output(const AlarmArgs& a) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.readings, ec)) throw InputError(a.readings + ": is a directory; give the readings a file name");
+  if (!a.overwrite && std::filesystem::exists(a.readings, ec))
+    throw InputError(a.readings + ": already exists and was left untouched; pass --overwrite to replace it, or name another file");
+}
+
+std::string cell(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : ""; }
+
+// One CSV row per record: what the detector read after it (alarm_detector.hpp, Readings); an
+// unmeasured value is an empty cell. Columns per attention layer L: L<L>_head (the head that
+// outgrew the median most), L<L>_excess_growth, L<L>_repeated_rate, L<L>_repeated_rate_before,
+// L<L>_logit_max.
+class ReadingsCsv {
+ public:
+  explicit ReadingsCsv(const std::string& path) : path_(path), out_(path) {
+    if (!out_) throw InputError(path + ": cannot be written (" + std::strerror(errno) + ")");
+  }
+  void row(const alarm::Readings& r) {
+    if (!header_) {  // layers in layer order (a trace lists them in its own)
+      for (std::size_t i = 0; i < r.layers.size(); ++i) order_.push_back(i);
+      std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) { return r.layers[a].layer_index < r.layers[b].layer_index; });
+      out_ << "step,loss_over_best,median_growth";
+      for (std::size_t i : order_)
+        for (const char* c : {"head", "excess_growth", "repeated_rate", "repeated_rate_before", "logit_max"})
+          out_ << fmt::format(",L{}_{}", r.layers[i].layer_index, c);
+      out_ << "\n";
+      header_ = true;
+    }
+    out_ << r.step << "," << cell(r.loss_over_best) << "," << cell(r.median_growth);
+    for (std::size_t i : order_) {
+      const auto& l = r.layers[i];
+      out_ << "," << (l.head >= 0 ? std::to_string(l.head) : "") << "," << cell(l.excess_growth) << "," << cell(l.repeated_rate)
+           << "," << cell(l.repeated_rate_before) << "," << cell(l.logit_max);
+    }
+    out_ << "\n";
+  }
+  void close() {
+    out_.close();
+    if (!out_) throw InputError(path_ + ": writing the readings failed (disk full?)");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+  bool header_ = false;
+  std::vector<std::size_t> order_;
 };
 
 nlohmann::json alarm_json(const alarm::Alarm& a) {
@@ -60,7 +118,17 @@ int run_alarm(const AlarmArgs& a) {
   TraceReader reader(a.path);
   alarm::TraceFeeder feeder(reader);
   alarm::AlarmDetector det;
-  feeder.feed_new(det);
+  if (a.readings.empty()) {
+    feeder.feed_new(det);
+  } else {
+    check_output(a);
+    ReadingsCsv csv(a.readings);
+    for (const auto& rec : feeder.read_new()) {
+      det.feed(rec);
+      csv.row(det.readings());
+    }
+    csv.close();
+  }
   const auto& alarms = det.alarms();
   const std::string blind = blind_spot(feeder);
   if (a.json) {
@@ -103,6 +171,11 @@ Registration register_alarm(CLI::App& app) {
   sub->add_flag("--json", args->json,
                 "One JSON object: {\"alarm\": null | {step, kind, layer_index, head, evidence}, \"alarms\": [...], \"sees\": ..., "
                 "\"blind_spot\": ...}");
+  sub->add_option("--readings", args->readings,
+                  "Also write FILE.csv: what the detector read after each record (the loss's running median over its best, the "
+                  "median head's growth, and per layer the head that outgrew it most: its excess growth and repeated-maximum "
+                  "rates, and the largest logit), the numbers its thresholds are compared with");
+  sub->add_flag("--overwrite", args->overwrite, "Replace an existing --readings file (without it, an existing file is refused)");
   return {sub, [args] { return run_alarm(*args); }};
 }
 

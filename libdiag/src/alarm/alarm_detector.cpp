@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace lpdiag::alarm {
 
@@ -65,7 +66,10 @@ std::vector<Alarm> AlarmDetector::feed(const AlarmRecord& r) {
     layers_ = r.layers;
     heads_ = r.heads;
     hist_.assign(layers_.size() * static_cast<std::size_t>(std::max<std::int64_t>(heads_, 0)), {});
+    readings_.layers.assign(layers_.size(), LayerReading{});
+    for (std::size_t l = 0; l < layers_.size(); ++l) readings_.layers[l].layer_index = layers_[l];
   }
+  readings_.step = r.step;
   const auto keep_from = r.step - static_cast<std::int64_t>(2 * p_.window) - 1;
   for (std::size_t l = 0; l < layers_.size(); ++l)
     for (std::int64_t h = 0; h < heads_; ++h) {
@@ -79,13 +83,16 @@ std::vector<Alarm> AlarmDetector::feed(const AlarmRecord& r) {
   check_loss(r, out);
   check_collapse(r, out);
   check_growth(r, out);
-  for (std::size_t l = 0; l < layers_.size(); ++l)  // after the check: the window excludes this record
+  for (std::size_t l = 0; l < layers_.size(); ++l) {  // after the check: the window excludes this record
+    double top = kUnmeasured;
     for (std::int64_t h = 0; h < heads_; ++h) {
       auto& hh = history(static_cast<std::int64_t>(l), h);
       const double x = r.at(l, h).logit_max;
-      if (!std::isnan(x)) hh.logit.push_back({r.step, x});
+      if (!std::isnan(x)) hh.logit.push_back({r.step, x}), top = std::isnan(top) ? x : std::max(top, x);
       drop_before(hh.logit, r.step - static_cast<std::int64_t>(p_.collapse_window));
     }
+    if (!std::isnan(top)) readings_.layers[l].logit_max = top;
+  }
   return out;
 }
 
@@ -111,6 +118,17 @@ void AlarmDetector::check_loss(const AlarmRecord& r, std::vector<Alarm>& out) {
           out);
   }
   best_loss_median_ = std::min(best_loss_median_, m);
+  if (best_loss_median_ > 0) readings_.loss_over_best = m / best_loss_median_;
+}
+
+std::pair<double, double> AlarmDetector::repeated_rates(std::int64_t layer, std::int64_t head, std::int64_t step) {
+  const auto W = static_cast<std::int64_t>(p_.window);
+  double rr = 0, rp = 0, br = 0, bp = 0;
+  for (const auto& c : history(layer, head).counts) {
+    if (c.step > step - W) rr += c.rows, rp += c.repeated;
+    else if (c.step > step - 2 * W) br += c.rows, bp += c.repeated;
+  }
+  return {rr > 0 ? rp / rr : kUnmeasured, br > 0 ? bp / br : kUnmeasured};
 }
 
 void AlarmDetector::check_collapse(const AlarmRecord& r, std::vector<Alarm>& out) {
@@ -160,19 +178,25 @@ void AlarmDetector::check_growth(const AlarmRecord& r, std::vector<Alarm>& out) 
   std::vector<double> all;
   for (const auto& g : gs) all.push_back(g.g);
   const double med = median(all);
+  readings_.median_growth = med;
+  std::vector<const G*> top(layers_.size(), nullptr);  // per layer, the head that outgrew the median most
+  for (const auto& g : gs)
+    if (!top[g.l] || g.g > top[g.l]->g) top[g.l] = &g;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    if (!top[l]) continue;
+    auto& lr = readings_.layers[l];
+    lr.head = top[l]->h;
+    lr.excess_growth = top[l]->g - med;
+    std::tie(lr.repeated_rate, lr.repeated_rate_before) = repeated_rates(static_cast<std::int64_t>(l), top[l]->h, r.step);
+  }
   if (!(med <= p_.settled_growth)) return;
   const G* pick = nullptr;
   double pick_recent = 0, pick_before = 0;
   for (const auto& g : gs) {
     const double ex = g.g - med;
     if (!(ex >= p_.excess_growth) || layer_alarmed(layers_[g.l])) continue;
-    double rr = 0, rp = 0, br = 0, bp = 0;
-    for (const auto& c : history(static_cast<std::int64_t>(g.l), g.h).counts) {
-      if (c.step > r.step - W) rr += c.rows, rp += c.repeated;
-      else if (c.step > r.step - 2 * W) br += c.rows, bp += c.repeated;
-    }
-    if (!(rr > 0 && br > 0)) continue;
-    const double recent = rp / rr, before = bp / br;
+    const auto [recent, before] = repeated_rates(static_cast<std::int64_t>(g.l), g.h, r.step);
+    if (std::isnan(recent) || std::isnan(before)) continue;
     if (!(recent >= p_.trigger_ratio * before && recent - before >= p_.trigger_rise)) continue;
     if (!pick || g.g > pick->g) pick = &g, pick_recent = recent, pick_before = before;
   }

@@ -106,6 +106,9 @@ class Monitor : public torch::CustomClassHolder {
   // The alarms so far, a JSON array of {step, kind, layer_index, head, evidence, guarded}.
   std::string alarms_json() const;
   int64_t alarm_count() const { return static_cast<int64_t>(alarms_.size()); }
+  // What the alarm reads after the latest record it saw (lpdiag/alarm/readings_json.hpp), for the
+  // user's own dashboard; "null" when the alarm is off.
+  std::string readings_json() const;
   // Switches this Monitor's layer `layer` to `guard`'s numerics now, as an alarm would (a
   // "guard_switch" event), on the user's own signal.
   void guard_layer(int64_t layer, std::string guard);

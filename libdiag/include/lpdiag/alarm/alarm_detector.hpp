@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lpdiag::alarm {
@@ -76,6 +77,31 @@ struct Alarm {
   std::string evidence;
 };
 
+// What the detector reads, after each record, for a user's own dashboard: the quantities its rules
+// compare with their thresholds, so a run can be followed before (and whether or not) they fire.
+// NaN where the records have not measured it yet.
+struct LayerReading {
+  std::int64_t layer_index = -1;
+  // The head whose log sigma_1 (W_Q slice) grew most beyond the median head's over the last window
+  // (the growth rule's excess_growth), and that head's repeated-maximum rate (repeated-maximum rows
+  // over rows) in the last window and in the one before (the rule's trigger_ratio compares them).
+  // Updated on the records that carry sigma_1 (the weights cadence).
+  std::int64_t head = -1;
+  double excess_growth = kUnmeasured;
+  double repeated_rate = kUnmeasured;
+  double repeated_rate_before = kUnmeasured;
+  // The largest max attention logit over the layer's heads in the latest record that measured it
+  // (the collapse rule's level).
+  double logit_max = kUnmeasured;
+};
+
+struct Readings {
+  std::int64_t step = -1;              // the latest record fed
+  double loss_over_best = kUnmeasured;  // the loss's running median over its best (loss rule: loss_factor)
+  double median_growth = kUnmeasured;   // the median head's log sigma_1 growth over the window (settled_growth)
+  std::vector<LayerReading> layers;     // one per attention layer, in the records' order
+};
+
 class AlarmDetector {
  public:
   explicit AlarmDetector(AlarmParams p = AlarmParams::frozen());
@@ -84,6 +110,7 @@ class AlarmDetector {
   std::vector<Alarm> feed(const AlarmRecord& r);
   const std::vector<Alarm>& alarms() const { return alarms_; }
   const AlarmParams& params() const { return p_; }
+  const Readings& readings() const { return readings_; }
 
  private:
   struct Point {
@@ -104,6 +131,9 @@ class AlarmDetector {
   HeadHistory& history(std::int64_t layer, std::int64_t head);
   bool layer_alarmed(std::int64_t layer) const;
   void raise(Alarm a, std::vector<Alarm>& out);
+  // A head's repeated-maximum rate over the window ending at `step` and over the window before it
+  // (NaN where the window holds no counters).
+  std::pair<double, double> repeated_rates(std::int64_t layer, std::int64_t head, std::int64_t step);
 
   AlarmParams p_;
   std::int64_t last_step_ = std::numeric_limits<std::int64_t>::min();
@@ -114,6 +144,7 @@ class AlarmDetector {
   double best_loss_median_ = std::numeric_limits<double>::infinity();
   bool nonfinite_raised_ = false, loss_raised_ = false;
   std::vector<Alarm> alarms_;
+  Readings readings_;
 };
 
 }  // namespace lpdiag::alarm
