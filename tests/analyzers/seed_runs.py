@@ -230,6 +230,37 @@ def check_gpt2_guard_after_the_onset(lpdiag, d, check):
     check(f"{base}-guarded: the loss came back after the switch ({ratio_g:.2f}x its best before the onset; unguarded {ratio_u:.2f}x)",
           ratio_g <= 1.3 and ratio_u >= 2.0)
 
+    # analyze on a failed run the guard switched after the onset names the switch and gives the loss
+    # after it against the loss before the onset. The packed guarded trace reads healthy (its spike
+    # drops out at every 20th record), so the unguarded one (every 10th: FAILED from 5,750) is given
+    # the guarded run's switch event at 5,760 in a copy. The means are checked against the records
+    # to 2% (analyze reads 512 bins; a bin at a span's edge can take or leave one record).
+    import shutil
+    with tempfile.TemporaryDirectory() as tmp:
+        doctored = f"{tmp}/switched.h5"
+        shutil.copy(f"{d}/{base}.h5", doctored)
+        with h5py.File(doctored, "r+") as f:
+            ev = f["events"]
+            ev.resize((ev.shape[0] + 1,))
+            ev[-1] = (5760, b"guard_switch", 2, 10, float("nan"), b"fp32: growth; layer 2 switched to fp32 attention from the next step")
+        j = analyze(lpdiag, doctored)
+        go = j.get("guard_outcome") or {}
+        onset = j["run"]["failure"]["onset_step"]
+        span = (5999 - 0) // 10
+        after = np.mean([u[s][0] for s in u if s >= 5860])
+        before_ = np.mean([u[s][0] for s in u if onset - span <= s < onset])
+        check(f"analyze --json: the guard's switch after the onset, the loss after it and before the onset ({go})",
+              go.get("after_onset") is True and go.get("switch_step") == 5760 and go.get("layer_index") == 2
+              and abs(go["loss_after"] - after) <= 0.02 * after and abs(go["loss_before"] - before_) <= 0.02 * before_)
+        out = subprocess.run([lpdiag, "analyze", doctored], capture_output=True, text=True).stdout
+        check(f"analyze: the guard line ({[x for x in out.splitlines() if x.startswith('guard:')]})",
+              any(x.startswith(f"guard: layer 2 switched at step 5760, {5760 - onset} steps after the failure's onset; the loss from step 5860")
+                  for x in out.splitlines()))
+        subprocess.run([lpdiag, "report", doctored, "-o", f"{tmp}/r.html"], capture_output=True, text=True)
+        html = open(f"{tmp}/r.html").read() if os.path.exists(f"{tmp}/r.html") else ""
+        check("report: the guard line", "<b>guard</b>: layer 2 switched at step 5760" in html)
+    check(f"{base}: no guard, no guard outcome", analyze(lpdiag, f"{d}/{base}.h5").get("guard_outcome", 0) is None)
+
 
 def main():
     lpdiag, d = sys.argv[1], sys.argv[2]

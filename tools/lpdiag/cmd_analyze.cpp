@@ -9,6 +9,7 @@
 #include "lpdiag/command.hpp"
 #include "progress.hpp"
 #include "run_analysis.hpp"
+#include "guard_outcome.hpp"
 #include "verdict_summary.hpp"
 
 namespace lpdiag::cli {
@@ -31,6 +32,7 @@ void print_run(const AnalyzedRun& run, const std::optional<analysis::ReferenceCo
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
   for (const auto& line : verdict_summary(c, run.numerics, cmp)) std::cout << line << "\n";
   for (const auto& line : alarm_lines(run)) std::cout << line << "\n";
+  if (const auto g = guard_outcome(run)) std::cout << guard_outcome_line(*g) << "\n";
   if (!c.judged) return;
   std::cout << "\nlinks:\n";
   for (const auto& line : link_table(c)) std::cout << line << "\n";
@@ -85,6 +87,8 @@ int run_analyze(const AnalyzeArgs& a) {
       if (e.kind != "alarm") o["switched"] = e.kind != "guard_failed";  // a guard's event: whether the layer switched
       (e.kind == "alarm" ? j["alarms"] : j["guard_switches"]).push_back(std::move(o));
     }
+    const auto g = guard_outcome(run);
+    j["guard_outcome"] = g ? guard_outcome_json(*g) : nlohmann::json(nullptr);
     std::cout << j.dump(2) << "\n";
     return verdict_exit_code(run.c);
   }

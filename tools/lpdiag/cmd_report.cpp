@@ -16,6 +16,7 @@
 #include "lpdiag/trace/preflight.hpp"
 #include "progress.hpp"
 #include "svg_plot.hpp"
+#include "guard_outcome.hpp"
 #include "verdict_summary.hpp"
 
 namespace lpdiag::cli {
@@ -159,6 +160,7 @@ int run_report(const ReportArgs& a) {
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
   for (const auto& line : alarm_lines(run)) html += "<p class=\"open\"><b>" + html_escape(line.substr(0, line.find(' '))) + "</b>" + html_escape(line.substr(line.find(' '))) + "</p>";
+  if (const auto g = guard_outcome(run)) html += "<p class=\"open\"><b>guard</b>" + html_escape(guard_outcome_line(*g).substr(5)) + "</p>";
   for (const auto& w : c.run.warnings)
     html += fmt::format("<p class=\"open\"><b>Warning</b>: {} from step {}: {}</p>", html_escape(w.kind), w.onset_step, html_escape(w.evidence));
   html += c.found       ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f}{})</h3>", c.layer_index, c.head,
