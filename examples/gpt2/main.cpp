@@ -76,6 +76,10 @@ int train(int argc, char** argv) {
   std::string guard_at;
   app.add_option("--guard-at", guard_at,
                  "STEP:LAYER switches LAYER to the --guard numerics after STEP without an alarm (what a false alarm costs)");
+  bool alarm_switches = true;
+  app.add_flag("!--no-alarm-switch", alarm_switches,
+               "With --guard-at: the alarms are still raised and recorded but switch nothing, so --guard-at alone decides "
+               "when a layer switches (how late a switch still saves a run)");
   bool deterministic = false;
   app.add_flag("--deterministic", deterministic,
                "PyTorch's deterministic algorithms and cuBLAS's fixed workspace, for runs meant to repeat exactly (a guarded arm "
@@ -182,7 +186,11 @@ int train(int argc, char** argv) {
     }
     guard_step = a, guard_layer = b;
   }
-  if (monitor && !guard.empty()) {
+  if (!alarm_switches && guard_at.empty()) {
+    std::fprintf(stderr, "gpt2_train: --no-alarm-switch leaves only --guard-at to switch a layer; give --guard-at STEP:LAYER\n");
+    return 2;
+  }
+  if (monitor && !guard.empty() && alarm_switches) {
     monitor->set_guard(guard);
     // PyTorch's SDPA has no fix to switch: a guarded layer's SDPA runs in fp32.
     if (cfg.attention == "sdpa")

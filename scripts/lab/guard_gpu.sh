@@ -8,7 +8,8 @@
 # only where the guard switched. STEPS=N runs on past step 5,000 at the schedule's final lr (the
 # first 5,000 steps keep the 5,000-step schedule); DET=1 adds --deterministic. GUARD_AT=STEP:LAYER
 # (guarded arm) also switches LAYER at STEP whatever the alarm says: with DET=1, how late a switch
-# still saves a run whose unguarded arm failed.
+# still saves a run whose unguarded arm failed; add NO_ALARM_SWITCH=1 so that the alarm's own switches
+# (earlier than STEP) stay off and GUARD_AT alone switches.
 # MODE=repro: whether the same seed gives the same run twice in one build on one card.
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
 # steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
@@ -60,7 +61,8 @@ fi
 seed=${SEED:-1}; guard=${GUARD:-fp32}
 case "${ARM:-guarded}" in
   guarded) name=guard-$guard-s$seed; arm=(--policy seed-mma:tile=512 --guard "$guard")
-           if [ -n "${GUARD_AT:-}" ]; then name=$name-at${GUARD_AT/:/-}; arm+=(--guard-at "$GUARD_AT"); fi ;;
+           if [ -n "${GUARD_AT:-}" ]; then name=$name-at${GUARD_AT/:/-}; arm+=(--guard-at "$GUARD_AT"); fi
+           if [ -n "${NO_ALARM_SWITCH:-}" ]; then name=$name-only; arm+=(--no-alarm-switch); fi ;;
   unguarded) name=unguarded-s$seed; arm=(--policy seed-mma:tile=512) ;;
   fp32) name=fp32-s$seed; arm=(--attention sdpa-fp32) ;;
   *) echo "ARM must be guarded, unguarded or fp32"; exit 2 ;;

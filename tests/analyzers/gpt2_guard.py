@@ -2,7 +2,9 @@
 attention logits collapse; the Monitor's alarm names each layer as it happens and the guard
 switches it to fp32 attention. Asserts the switch events, the layers' numerics recorded as fp32
 afterwards, analyze's alarm and guard lines, and that the same run without --guard is identical
-up to the first alarm's step (the guard changes nothing before it switches).
+up to the first alarm's step (the guard changes nothing before it switches). With --guard-at 45:0
+--no-alarm-switch the alarms are still raised but switch nothing: layer 0 alone switches, at step 45,
+and the run is the unguarded one up to there.
   gpt2_guard.py GPT2_TRAIN LPDIAG OUT_DIR"""
 import json
 import os
@@ -42,6 +44,15 @@ with h5py.File(g, "r") as f, h5py.File(u, "r") as h:
     lg, lu, st = f["scalars/loss"][:], h["scalars/loss"][:], f["step"][:]
     same = [i for i in range(len(st)) if st[i] <= first]
     check(all(lg[i] == lu[i] for i in same), f"identical to the unguarded run up to step {first}")
+late, lp = run("late-only", "--guard", "fp32", "--guard-at", "45:0", "--no-alarm-switch")
+late_alarms = json.loads(next(line for line in lp.stdout.splitlines() if line.startswith("alarms: "))[len("alarms: "):])
+check(late_alarms and not any(a["guarded"] for a in late_alarms), f"alarms raised, none switched a layer: {late_alarms}")
+with h5py.File(late, "r") as f, h5py.File(u, "r") as h:
+    ev = [(int(e["step"]), e["kind"].decode(), int(e["layer_index"])) for e in f["events"][:]]
+    check([(s, layer) for s, k, layer in ev if k == "guard_switch"] == [(45, 0)], f"one switch, layer 0 at step 45: {ev}")
+    lg, lu, st = f["scalars/loss"][:], h["scalars/loss"][:], f["step"][:]
+    check(all(lg[i] == lu[i] for i in range(len(st)) if st[i] <= 45), "identical to the unguarded run up to step 45")
+    check(any(lg[i] != lu[i] for i in range(len(st)) if st[i] > 46), "and not after the switch")
 p = subprocess.run([cli, "analyze", g], capture_output=True, text=True)
 check("guard at step" in p.stdout and "alarm at step" in p.stdout, "analyze shows the alarms and the switches:\n" + p.stdout)
 check.finish()
