@@ -8,7 +8,9 @@
 // records for it (frozen_alarm). Whether the runs made after the freeze meet their targets is the
 // measured result, printed, not a condition of the exit code: the thresholds may not be refitted
 // to them before they are reported.
-//   alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json]
+//   alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json] [--judge-with GROWTH/RATIO/SETTLED]
+// --judge-with also prints how the runs made after the freeze fare under other thresholds (an
+// earlier freeze's, say), beside the frozen ones: a comparison to report, never a refit.
 // Targets: an alarm >= 300 steps before every late failure, naming its layer; an alarm no later
 // than 200 steps after the onset of every early failure (a collapse takes up to ~160 steps to
 // reach one-hot logits after its rise begins); no alarm on a healthy run; on a run the live alarm
@@ -23,6 +25,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "lpdiag/alarm/trace_feeder.hpp"
@@ -186,10 +190,27 @@ std::string describe(const Run& r, std::int64_t step, std::int64_t layer = -2) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json]\n";
+  std::vector<char*> pos;
+  std::optional<AlarmParams> other;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--judge-with") {
+      pos.push_back(argv[i]);
+      continue;
+    }
+    AlarmParams q = AlarmParams::frozen();
+    if (i + 1 >= argc || std::sscanf(argv[++i], "%lf/%lf/%lf", &q.excess_growth, &q.trigger_ratio, &q.settled_growth) != 3) {
+      std::cerr << "alarm_lead_time: --judge-with wants GROWTH/RATIO/SETTLED, e.g. 0.35/1.5/0.1\n";
+      return 2;
+    }
+    other = q;
+  }
+  if (pos.size() < 2) {
+    std::cerr << "usage: alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json] [--judge-with GROWTH/RATIO/SETTLED]\n";
     return 2;
   }
+  argc = static_cast<int>(pos.size()) + 1;
+  pos.insert(pos.begin(), argv[0]);
+  argv = pos.data();
   const auto corpus = nlohmann::json::parse(std::ifstream(argv[1]));
   std::vector<Run> runs;
   for (const auto& j : corpus["runs"]) {
@@ -303,6 +324,26 @@ int main(int argc, char** argv) {
   if (post_runs) fmt::print("made after the freeze (frozen thresholds, fitted on none of them): {} of {} runs miss their target\n", post_miss, post_runs);
   if (changed) fmt::print("{} run(s) made after the freeze now alarm otherwise than recorded in the corpus\n", changed);
   if (argc > 3) std::ofstream(argv[3]) << out.dump(1) << "\n";
+  if (other) {
+    fmt::print("\nthe runs made after the freeze, judged with {:.2f} / {:.2f} / {:.2f} (growth / ratio / settled) against the frozen thresholds:\n\n",
+               other->excess_growth, other->trigger_ratio, other->settled_growth);
+    fmt::print("| run | class | onset | these thresholds | frozen thresholds |\n|---|---|---|---|---|\n");
+    int miss_other = 0, miss_frozen = 0;
+    for (const Run& r : runs) {
+      if (!r.post_freeze) continue;
+      const Outcome a = detect(r, *other), b = detect(r, frozen);
+      const bool oka = meets(r, a), okb = meets(r, b);
+      miss_other += !oka, miss_frozen += !okb;
+      auto say = [&](const Outcome& o, bool ok) {
+        std::string t = o.alarmed ? describe(r, o.first.step, o.first.layer_index) + " " + o.first.kind : describe(r, -1);
+        if (r.early_onset >= 0 && o.alarmed)
+          t += "; then " + (o.late_alarmed ? describe(r, o.late.step, o.late.layer_index) + " " + o.late.kind : std::string("none"));
+        return t + (ok ? "" : " **MISSED**");
+      };
+      fmt::print("| {} | {} | {} | {} | {} |\n", r.file, r.cls, r.onset >= 0 ? std::to_string(r.onset) : "—", say(a, oka), say(b, okb));
+    }
+    fmt::print("\nmiss their target: {} with these thresholds, {} with the frozen ones, of {}\n", miss_other, miss_frozen, post_runs);
+  }
   auto differs = [](double a, double b) { return std::fabs(a - b) > 1e-9; };  // grid values are sums of 0.05 steps
   const bool refit = differs(whole.excess_growth, frozen.excess_growth) || differs(whole.trigger_ratio, frozen.trigger_ratio) ||
                      differs(whole.settled_growth, frozen.settled_growth);
