@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
       miss_other += !oka, miss_frozen += !okb;
       auto say = [&](const Outcome& o, bool ok) {
         std::string t = o.alarmed ? describe(r, o.first.step, o.first.layer_index) + " " + o.first.kind : describe(r, -1);
+        if (o.alarmed && o.first.head >= 0) t += fmt::format(" (head {})", o.first.head);
         if (r.early_onset >= 0 && o.alarmed)
           t += "; then " + (o.late_alarmed ? describe(r, o.late.step, o.late.layer_index) + " " + o.late.kind : std::string("none"));
         return t + (ok ? "" : " **MISSED**");
