@@ -187,11 +187,13 @@ int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, d
   return onset;
 }
 
+int min_bins_after_change(int K) { return std::max(3, K / 25); }
+
 Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change, bool on_mean) {
   Rise r;
   const int K = static_cast<int>(x.size());
   if (tools::finite_values(x, 0, K).size() < 6) return r;
-  const int smooth = std::max(1, K / 200), min_post = std::max(3, K / 25);
+  const int smooth = std::max(1, K / 200), min_post = min_bins_after_change(K);
   const auto xs = running_median(x, smooth);
   const Fit f = fit_ramp(xs, 2, min_post, false, +1);
   if (!f.ok) return r;

@@ -60,5 +60,8 @@ struct Rise {
   double d = 0, margin = 0, noise = 0;
 };
 Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change, bool on_mean = false);
+// The bins a sustained rise needs after its change to be read, of a series of K bins (4%, at
+// least 3): a step up that begins later than that before the series' end cannot be found.
+int min_bins_after_change(int K);
 
 }  // namespace lpdiag::analysis::cp

@@ -254,7 +254,7 @@ void settle_with_reference(ChainResult& c, const ReferenceComparison& cmp) {
     c.findings.push_back(answer);
     return;
   }
-  if (*cmp.attributable && c.undecided && !c.run.healthy) {
+  if (*cmp.attributable && c.undecided && !c.run.healthy && c.untested.empty()) {
     // A candidate (every link present, in order, in one head; what drives the growth untestable
     // in the trace) whose run failed while the same run with other attention numerics did not:
     // the counterfactual is the evidence the trace lacked.

@@ -262,6 +262,75 @@ def check_gpt2_guard_after_the_onset(lpdiag, d, check):
     check(f"{base}: no guard, no guard outcome", analyze(lpdiag, f"{d}/{base}.h5").get("guard_outcome", 0) is None)
 
 
+def check_c3_cut_off_by_the_trace_end(lpdiag, d, check):
+    """A run that failed so close to its trace's end that a step up of the layer's W_Q updates at
+    the failure could not have been read (the change-point test needs 4% of the trace after it) is
+    not a run without C3: `analyze` names an undecided candidate and says C3 was untested. Seed
+    22's trace (packed, every 10th record: FAILED from 5,750), cut at step 5,800 and with every
+    W_Q update statistic held at its level before step 5,000 (C3 removed; nothing else changed):
+    the candidate at layer 2 head 9, C3 untested. The control: a synthetic chain (`lpdiag synth
+    --kind chain --seed 7 --records 2000`, its failure at step 2,149 of 4,130) with the same C3
+    removal, where the trace runs on long after the failure: no causal chain, C3 missing."""
+    import h5py
+    import numpy as np
+
+    def cut(src, dst, last):
+        with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
+            n, keep = len(f["step"]), int((f["step"][:] <= last).sum())
+            for k, v in f.attrs.items():
+                g.attrs[k] = v
+
+            def copy(name, o):
+                if isinstance(o, h5py.Group):
+                    for k, v in o.attrs.items():
+                        g.require_group(name).attrs[k] = v
+                    return
+                data = o[()]
+                if name == "events":
+                    data = data[data["step"] <= last]
+                elif o.ndim >= 1 and o.shape[0] == n:
+                    data = data[:keep]
+                ds = g.create_dataset(name, data=data, maxshape=(None,) + o.shape[1:] if o.ndim else None, chunks=True if o.ndim else None)
+                for k, v in o.attrs.items():
+                    ds.attrs[k] = v
+            f.visititems(copy)
+
+    def remove_c3(path, before):
+        with h5py.File(path, "r+") as f:
+            steps = f["step"][:]
+            for m in f["updates"]:
+                for k in ("concentration", "similarity_prev"):
+                    v = f["updates"][m][k][:]
+                    early = v[(steps < before) & np.isfinite(v)]
+                    if early.size:
+                        v[np.isfinite(v)] = np.median(early)
+                        f["updates"][m][k][:] = v
+
+    with tempfile.TemporaryDirectory() as tmp:
+        short = f"{tmp}/s22-to-5800.h5"
+        cut(f"{d}/gpt2-seedmma-none-1e-3-6k-s22.h5", short, 5800)
+        remove_c3(short, 5000)
+        j = analyze(lpdiag, short)
+        chain = j["chain"]
+        check(f"seed 22 cut at 5800, C3 removed: failed ({(j['run']['failure'] or {}).get('onset_step')}), a candidate at layer 2 head 9 "
+              f"with C3 untested (undecided {chain['undecided']}, {chain['layer_index']}, {chain['head']}, {j.get('untested_link')}, "
+              f"missing {j['missing_links']})",
+              not j["run"]["healthy"] and chain["undecided"] and not chain["found"] and (chain["layer_index"], chain["head"]) == (2, 9)
+              and j.get("untested_link") == "C3" and j["missing_links"] == ["C3"]
+              and any(x.startswith("C3 could not be tested") for x in j["findings"]))
+        out = subprocess.run([lpdiag, "analyze", short], capture_output=True, text=True).stdout
+        check("its headline names the candidate and the untested C3",
+              "candidate chain at layer 2 head 9: every link present but C3, which the trace ends too soon after the failure to show" in out)
+        syn = f"{tmp}/synth.h5"
+        subprocess.run([lpdiag, "synth", syn, "--kind", "chain", "--seed", "7", "--records", "2000"], capture_output=True, check=True)
+        remove_c3(syn, 1367)
+        j = analyze(lpdiag, syn)
+        check(f"synthetic chain, C3 removed, the trace long after the failure: no causal chain, C3 missing, none untested "
+              f"({j['missing_links']}, {j.get('untested_link')})",
+              not j["run"]["healthy"] and not j["chain"]["found"] and not j["chain"]["undecided"] and j["missing_links"] == ["C3"]
+              and j.get("untested_link") is None)
+
+
 def main():
     lpdiag, d = sys.argv[1], sys.argv[2]
     bad = 0
@@ -294,6 +363,7 @@ def main():
     check_gpt2_stall_on_sparse_records(lpdiag, d, check)
     check_gpt2_failure_after_the_schedule(lpdiag, d, check)
     check_gpt2_guard_after_the_onset(lpdiag, d, check)
+    check_c3_cut_off_by_the_trace_end(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]

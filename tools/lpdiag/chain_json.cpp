@@ -36,6 +36,7 @@ nlohmann::json chain_to_json(const analysis::BinnedTrace& t, const analysis::Cha
                       {"r", num(c.correlation.r)},
                       {"p", num(c.correlation.p)}};
   j["missing_links"] = c.missing_links;
+  j["untested_link"] = c.untested.empty() ? nlohmann::json() : nlohmann::json(c.untested);
   j["findings"] = c.findings;
   j["run"] = verdict_to_json(c.run);
   // false: too few records for any verdict (run.healthy then claims nothing).

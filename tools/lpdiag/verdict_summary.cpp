@@ -64,6 +64,10 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
   if (c.found)
     out.push_back(fmt::format("causal chain at layer {} head {} (confidence {:.2f}{})", c.layer_index, c.head, c.confidence,
                               c.driving == "reference" ? ", decided by the reference run" : ""));
+  else if (c.undecided && !c.untested.empty())
+    out.push_back(fmt::format("candidate chain at layer {} head {}: every link present but {}, which the trace ends too soon after the "
+                              "failure to show; undecided (a longer trace or a reference run decides)",
+                              c.layer_index, c.head, c.untested));
   else if (c.undecided)
     out.push_back(fmt::format("candidate chain at layer {} head {}: every link present, undecided (the trace cannot show that the bias "
                               "drives the growth; a reference run decides)",

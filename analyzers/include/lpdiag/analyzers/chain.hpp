@@ -32,6 +32,11 @@ struct ChainResult {
   std::array<LinkResult, 5> links;
   LagCorrelation correlation;
   std::vector<std::string> missing_links;  // ids of absent links
+  // A missing link the trace could not have shown, so no evidence against the chain: "C3" when
+  // the run failed so close to the trace's end that a step up of the layer's W_Q updates at the
+  // failure (where it comes in the failing runs) would fall after the last bins its test reads.
+  // The chain is then at most an undecided candidate. Empty otherwise.
+  std::string untested;
   std::vector<std::string> findings;       // sentences for people
   RunVerdict run;                          // failed or healthy, independent of the chain
   bool simultaneous = false;               // trigger, bias and growth start together (no order)
