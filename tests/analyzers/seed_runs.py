@@ -321,6 +321,9 @@ def check_c3_cut_off_by_the_trace_end(lpdiag, d, check):
         out = subprocess.run([lpdiag, "analyze", short], capture_output=True, text=True).stdout
         check("its headline names the candidate and the untested C3",
               "candidate chain at layer 2 head 9: every link present but C3, which the trace ends too soon after the failure to show" in out)
+        subprocess.run([lpdiag, "report", short, "-o", f"{tmp}/r.html"], capture_output=True, text=True)
+        html = open(f"{tmp}/r.html").read() if os.path.exists(f"{tmp}/r.html") else ""
+        check("the report says C3 was untested", "every link is present but C3, which the trace ends too soon after the failure to show" in html)
         syn = f"{tmp}/synth.h5"
         subprocess.run([lpdiag, "synth", syn, "--kind", "chain", "--seed", "7", "--records", "2000"], capture_output=True, check=True)
         remove_c3(syn, 1367)

@@ -166,7 +166,11 @@ int run_report(const ReportArgs& a) {
   html += c.found       ? fmt::format("<h3 class=\"found\">Causal chain at layer {}, head {} (confidence {:.2f}{})</h3>", c.layer_index, c.head,
                                       c.confidence, c.driving == "reference" ? "; decided by the reference run" : "")
           : c.undecided ? fmt::format("<h3 class=\"open\">Candidate causal chain at layer {}, head {}: undecided</h3><p>{}</p>", c.layer_index,
-                                      c.head, html_escape("the trace cannot show that the bias drives the growth; " + c.decide))
+                                      c.head,
+                                      html_escape((c.untested.empty() ? std::string("the trace cannot show that the bias drives the growth; ")
+                                                                      : "every link is present but " + c.untested +
+                                                                            ", which the trace ends too soon after the failure to show; ") +
+                                                  c.decide))
                   : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
                                               : "<h3 class=\"open\">No causal chain established for this failure</h3>");
   if (cmp)
