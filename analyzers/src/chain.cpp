@@ -321,8 +321,9 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // One localization.
   if (!(c1.layer_index == c2.layer_index && (!c3.present || c2.layer_index == c3.layer_index) && c2.layer_index == c4.layer_index) ||
       !(c1.head == c2.head && (c4.head < 0 || c4.head == c2.head)))
-    return no_chain(fmt::format("the links are not localized together (C1 layer {} head {}, C2 layer {} head {}, C3 layer {}, C4 layer {} head {})",
-                                c1.layer_index, c1.head, c2.layer_index, c2.head, c3.layer_index, c4.layer_index, c4.head));
+    return no_chain(fmt::format("the links are not localized together (C1 layer {} head {}, C2 layer {} head {}, {}, C4 layer {} head {})",
+                                c1.layer_index, c1.head, c2.layer_index, c2.head,
+                                c3.present ? fmt::format("C3 layer {}", c3.layer_index) : "C3 untested", c4.layer_index, c4.head));
   // Bias drives growth: delta error mean (signed so the bias is positive) against the growth
   // rate of log sigma_1, lagged.
   const std::size_t slot = t.layer_slot(c2.layer_index);

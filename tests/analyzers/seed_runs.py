@@ -324,6 +324,18 @@ def check_c3_cut_off_by_the_trace_end(lpdiag, d, check):
         subprocess.run([lpdiag, "report", short, "-o", f"{tmp}/r.html"], capture_output=True, text=True)
         html = open(f"{tmp}/r.html").read() if os.path.exists(f"{tmp}/r.html") else ""
         check("the report says C3 was untested", "every link is present but C3, which the trace ends too soon after the failure to show" in html)
+        # Rejected on another link, the headline gives that reason, not "missing C3": the same cut
+        # trace with layer 2's W_Q head spectral norms of heads 3 and 9 swapped (the growth moved
+        # to head 3, away from the trigger and the bias).
+        with h5py.File(short, "r+") as f:
+            hs = f["weights/h.2.attn.q/head_spectral_norm"]
+            v = hs[:]
+            v[:, [3, 9]] = v[:, [9, 3]]
+            hs[:] = v
+        out = subprocess.run([lpdiag, "analyze", short], capture_output=True, text=True).stdout
+        check("with the growth moved to another head: no causal chain for that reason, C3 untested, not 'missing C3'",
+              "no causal chain: the links are not localized together (C1 layer 2 head 9, C2 layer 2 head 9, C3 untested, C4 layer 2 head 3)"
+              " (C3 untested: the trace ends too soon after the failure)" in out)
         syn = f"{tmp}/synth.h5"
         subprocess.run([lpdiag, "synth", syn, "--kind", "chain", "--seed", "7", "--records", "2000"], capture_output=True, check=True)
         remove_c3(syn, 1367)
