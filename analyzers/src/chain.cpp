@@ -153,6 +153,10 @@ std::string missing_links_text(const ChainResult& c) {
   return m;
 }
 
+std::string untested_link_text(const ChainResult& c) {
+  return c.untested.empty() ? std::string() : c.untested + ", which the trace ends too soon after the failure to show";
+}
+
 std::string deciding_run(const std::string& counterfactual) {
   return "the run that decides: the same config, seed and data order " + counterfactual +
          ", then `lpdiag analyze RUN.h5 --reference REF.h5`";
@@ -255,6 +259,7 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   }
   const std::string decide = deciding_run();
   auto no_chain = [&](const std::string& why) {
+    c.rejected_because = why;
     c.findings.push_back("no causal chain: " + why);
     if (!c.run.healthy) {
       c.decide = decide;

@@ -340,7 +340,8 @@ def check_c3_cut_off_by_the_trace_end(lpdiag, d, check):
         subprocess.run([lpdiag, "synth", syn, "--kind", "chain", "--seed", "7", "--records", "2000"], capture_output=True, check=True)
         remove_c3(syn, 1367)
         j = analyze(lpdiag, syn)
-        check(f"synthetic chain, C3 removed, the trace long after the failure: no causal chain, C3 missing, none untested "
+        check(f"synthetic chain (lpdiag synth --kind chain --seed 7 --records 2000), C3 removed, the trace long after the failure: no "
+              f"causal chain, C3 missing, none untested "
               f"({j['missing_links']}, {j.get('untested_link')})",
               not j["run"]["healthy"] and not j["chain"]["found"] and not j["chain"]["undecided"] and j["missing_links"] == ["C3"]
               and j.get("untested_link") is None)

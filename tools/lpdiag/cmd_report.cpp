@@ -168,8 +168,7 @@ int run_report(const ReportArgs& a) {
           : c.undecided ? fmt::format("<h3 class=\"open\">Candidate causal chain at layer {}, head {}: undecided</h3><p>{}</p>", c.layer_index,
                                       c.head,
                                       html_escape((c.untested.empty() ? std::string("the trace cannot show that the bias drives the growth; ")
-                                                                      : "every link is present but " + c.untested +
-                                                                            ", which the trace ends too soon after the failure to show; ") +
+                                                                      : "every link is present but " + analysis::untested_link_text(c) + "; ") +
                                                   c.decide))
                   : std::string(c.run.healthy ? "<h3 class=\"none\">No causal chain</h3>"
                                               : "<h3 class=\"open\">No causal chain established for this failure</h3>");

@@ -33,14 +33,6 @@ std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNu
          "fix=\"paper\"";
 }
 
-// The chain's own reason for "no causal chain", from its findings.
-std::string no_chain_reason(const analysis::ChainResult& c) {
-  const std::string prefix = "no causal chain: ";
-  for (const auto& f : c.findings)
-    if (f.rfind(prefix, 0) == 0) return f.substr(prefix.size());
-  return "the links are present but not in one head and order";
-}
-
 }  // namespace
 
 bool loss_rising_at_end(const analysis::ChainResult& c) {
@@ -73,15 +65,15 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
     out.push_back(fmt::format("causal chain at layer {} head {} (confidence {:.2f}{})", c.layer_index, c.head, c.confidence,
                               c.driving == "reference" ? ", decided by the reference run" : ""));
   else if (c.undecided && !c.untested.empty())
-    out.push_back(fmt::format("candidate chain at layer {} head {}: every link present but {}, which the trace ends too soon after the "
-                              "failure to show; undecided (a longer trace or a reference run decides)",
-                              c.layer_index, c.head, c.untested));
+    out.push_back(fmt::format("candidate chain at layer {} head {}: every link present but {}; undecided (a longer trace or a reference "
+                              "run decides)",
+                              c.layer_index, c.head, analysis::untested_link_text(c)));
   else if (c.undecided)
     out.push_back(fmt::format("candidate chain at layer {} head {}: every link present, undecided (the trace cannot show that the bias "
                               "drives the growth; a reference run decides)",
                               c.layer_index, c.head));
   else if (!c.untested.empty())  // rejected on the other links: say why, not "missing" the untested one
-    out.push_back("no causal chain: " + no_chain_reason(c) + " (" + c.untested + " untested: the trace ends too soon after the failure)");
+    out.push_back("no causal chain: " + c.rejected_because + " (" + c.untested + " untested: the trace ends too soon after the failure)");
   else
     out.push_back("no causal chain: " + (c.missing_links.empty() ? std::string("the links are present but not in one head and order")
                                                                    : "missing " + analysis::missing_links_text(c)));

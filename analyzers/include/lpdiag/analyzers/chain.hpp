@@ -37,6 +37,9 @@ struct ChainResult {
   // failure (where it comes in the failing runs) would fall after the last bins its test reads.
   // The chain is then at most an undecided candidate. Empty otherwise.
   std::string untested;
+  // Why the chain was rejected ("missing C3", "the links are not localized together (...)", ...),
+  // empty when it was not: the headline's reason.
+  std::string rejected_because;
   std::vector<std::string> findings;       // sentences for people
   RunVerdict run;                          // failed or healthy, independent of the chain
   bool simultaneous = false;               // trigger, bias and growth start together (no order)
@@ -71,6 +74,9 @@ double weakest_link_confidence(const ChainResult& c);
 
 // The ids of the links the chain lacks, ", "-joined ("C3, C4, C5"); "" when none is missing.
 std::string missing_links_text(const ChainResult& c);
+// "C3, which the trace ends too soon after the failure to show": the untested link as the
+// headline and the report name it (empty when none is untested).
+std::string untested_link_text(const ChainResult& c);
 
 // The counterfactual the chain asks for by default: fp32 attention, or the fix.
 inline constexpr const char* kFp32OrFix =
