@@ -256,9 +256,31 @@ def check_gpt2_guard_after_the_onset(lpdiag, d, check):
         check(f"analyze: the guard line ({[x for x in out.splitlines() if x.startswith('guard:')]})",
               any(x.startswith(f"guard: layer 2 switched at step 5760, {5760 - onset} steps after the failure's onset; the loss from step 5860")
                   for x in out.splitlines()))
+        nxt = [x for x in out.splitlines() if x.startswith("next:")]
+        check(f"analyze: next says the switch came too late and to switch before the onset ({nxt})",
+              nxt == [f"next: the guard switched layer 2 at step 5760, {5760 - onset} steps after the failure began, too late to "
+                      f"prevent it: restart from a checkpoint taken well before step {onset} with that layer switched from there "
+                      "(mon.guard_layer(2); gpt2_train --guard-at STEP:2; the earlier the switch, the more it saves); "
+                      "`lpdiag alarm RUN.h5` shows when the warning came"])
         subprocess.run([lpdiag, "report", doctored, "-o", f"{tmp}/r.html"], capture_output=True, text=True)
         html = open(f"{tmp}/r.html").read() if os.path.exists(f"{tmp}/r.html") else ""
         check("report: the guard line", "<b>guard</b>: layer 2 switched at step 5760" in html)
+        # A switch before the onset that did not prevent the failure: in another layer than the
+        # chain's, next names the chain's layer; in the chain's own layer, the reference run.
+        for layer, want in ((1, f"next: the run failed {onset - 5500} steps after the guard switched layer 1, and the chain is at "
+                                "layer 2: guard that layer too (mon.guard_layer(2); gpt2_train --guard-at STEP:2)"),
+                            (2, f"next: the run failed {onset - 5500} steps after the guard switched layer 2: rerun the same config, "
+                                "seed and data with fp32 attention in every layer and pass it as --reference, which says whether attention "
+                                "rounding is the cause")):
+            early = f"{tmp}/early-{layer}.h5"
+            shutil.copy(f"{d}/{base}.h5", early)
+            with h5py.File(early, "r+") as f:
+                ev = f["events"]
+                ev.resize((ev.shape[0] + 1,))
+                ev[-1] = (5500, b"guard_switch", layer, 10, float("nan"), b"fp32: by guard_layer(); switched from the next step")
+            out = subprocess.run([lpdiag, "analyze", early], capture_output=True, text=True).stdout
+            nxt = [x for x in out.splitlines() if x.startswith("next:")]
+            check(f"analyze: a switch of layer {layer} before the onset that did not prevent the failure ({nxt})", nxt == [want])
     check(f"{base}: no guard, no guard outcome", analyze(lpdiag, f"{d}/{base}.h5").get("guard_outcome", 0) is None)
 
 
@@ -321,6 +343,8 @@ def check_c3_cut_off_by_the_trace_end(lpdiag, d, check):
         out = subprocess.run([lpdiag, "analyze", short], capture_output=True, text=True).stdout
         check("its headline names the candidate and the untested C3",
               "candidate chain at layer 2 head 9: every link present but C3, which the trace ends too soon after the failure to show" in out)
+        check("its next step: train on past the failure, or a reference run",
+              "next: the trace ends too soon after the failure to show C3: train on past the failure with the Monitor recording" in out)
         subprocess.run([lpdiag, "report", short, "-o", f"{tmp}/r.html"], capture_output=True, text=True)
         html = open(f"{tmp}/r.html").read() if os.path.exists(f"{tmp}/r.html") else ""
         check("the report says C3 was untested", "every link is present but C3, which the trace ends too soon after the failure to show" in html)

@@ -30,9 +30,10 @@ void print_run(const AnalyzedRun& run, const std::optional<analysis::ReferenceCo
   const analysis::ChainResult& c = run.c;
   std::cout << fmt::format("{} ({} file{}, {} records, steps {}..{})\n", t.files.front(), t.files.size(),
                            t.files.size() > 1 ? "s" : "", t.records, t.first_step, t.last_step);
-  for (const auto& line : verdict_summary(c, run.numerics, cmp)) std::cout << line << "\n";
+  const auto g = guard_outcome(run);
+  for (const auto& line : verdict_summary(c, run.numerics, cmp, g)) std::cout << line << "\n";
   for (const auto& line : alarm_lines(run)) std::cout << line << "\n";
-  if (const auto g = guard_outcome(run)) std::cout << guard_outcome_line(*g) << "\n";
+  if (g) std::cout << guard_outcome_line(*g) << "\n";
   if (!c.judged) return;
   std::cout << "\nlinks:\n";
   for (const auto& line : link_table(c)) std::cout << line << "\n";
@@ -78,7 +79,8 @@ int run_analyze(const AnalyzeArgs& a) {
       j["reference"] = reference_to_json(*cmp);
       j["reference"]["run"] = verdict_to_json(ref->c.run);
     }
-    j["summary"] = verdict_summary(run.c, run.numerics, cmp);
+    const auto g = guard_outcome(run);
+    j["summary"] = verdict_summary(run.c, run.numerics, cmp, g);
     j["alarms"] = nlohmann::json::array();
     j["guard_switches"] = nlohmann::json::array();
     for (const auto& e : run.alarm_events) {
@@ -87,7 +89,6 @@ int run_analyze(const AnalyzeArgs& a) {
       if (e.kind != "alarm") o["switched"] = e.kind != "guard_failed";  // a guard's event: whether the layer switched
       (e.kind == "alarm" ? j["alarms"] : j["guard_switches"]).push_back(std::move(o));
     }
-    const auto g = guard_outcome(run);
     j["guard_outcome"] = g ? guard_outcome_json(*g) : nlohmann::json(nullptr);
     std::cout << j.dump(2) << "\n";
     return verdict_exit_code(run.c);

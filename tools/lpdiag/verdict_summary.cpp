@@ -14,7 +14,7 @@ std::string where(const analysis::LinkResult& l) {
 
 // What to do next, in the terms of a user who trains in Python (and of the C++ example).
 std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
-                      const std::optional<analysis::ReferenceComparison>& ref) {
+                      const std::optional<analysis::ReferenceComparison>& ref, const std::optional<GuardOutcome>& guard) {
   if (!c.judged) return "next: record at least " + std::to_string(analysis::kMinRecords) + " steps, then analyze again";
   const bool bias_unrecorded = c.links[1].evidence.find("no delta-error statistics") != std::string::npos;
   if (bias_unrecorded && !n.all_external && !n.all_fp32)
@@ -27,6 +27,28 @@ std::string next_step(const analysis::ChainResult& c, const analysis::RecordedNu
   if (ref && ref->attributable.has_value() && *ref->attributable)
     return "next: train with numerics that do not round with a bias: fix=\"paper\" or fix=\"sr\" (stochastic rounding) in "
            "lpdiag.attention, or fp32 attention for the affected layers";
+  // A guard that switched after the failure began came too late to prevent it; one that switched
+  // before it and still saw the run fail switched a layer that was not (or not the only) cause.
+  if (guard && guard->after_onset)
+    return fmt::format("next: the guard switched layer {} at step {}, {} steps after the failure began, too late to prevent it: restart "
+                       "from a checkpoint taken well before step {} with that layer switched from there (mon.guard_layer({}); "
+                       "gpt2_train --guard-at STEP:{}; the earlier the switch, the more it saves); `lpdiag alarm RUN.h5` shows when "
+                       "the warning came",
+                       guard->layer_index, guard->switch_step, guard->switch_step - guard->onset_step, guard->onset_step,
+                       guard->layer_index, guard->layer_index);
+  if (guard && (c.found || c.undecided) && c.layer_index != guard->layer_index)
+    return fmt::format("next: the run failed {} steps after the guard switched layer {}, and the chain is at layer {}: guard that layer "
+                       "too (mon.guard_layer({}); gpt2_train --guard-at STEP:{})",
+                       guard->onset_step - guard->switch_step, guard->layer_index, c.layer_index, c.layer_index, c.layer_index);
+  if (guard)
+    return fmt::format("next: the run failed {} steps after the guard switched layer {}: rerun the same config, seed and data with fp32 "
+                       "attention in every layer and pass it as --reference, which says whether attention rounding is the cause",
+                       guard->onset_step - guard->switch_step, guard->layer_index);
+  if (c.undecided && !c.untested.empty())
+    return fmt::format("next: the trace ends too soon after the failure to show {}: train on past the failure with the Monitor recording "
+                       "(or rerun longer) and analyze again, or rerun the same config, seed and data with fp32 attention and pass it "
+                       "as --reference",
+                       c.untested);
   if (n.all_fp32) return "next: look beyond attention rounding (learning rate, data, other low-precision ops): fp32 attention failed too";
   return "next: rerun the same config, seed and data with fp32 attention (lpdiag.attention(..., policy=\"fp32\"); gpt2_train "
          "--attention sdpa-fp32), then `lpdiag analyze RUN.h5 --reference REF.h5`; to keep training meanwhile, fix=\"sr\" or "
@@ -40,11 +62,12 @@ bool loss_rising_at_end(const analysis::ChainResult& c) {
 }
 
 std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
-                                         const std::optional<analysis::ReferenceComparison>& ref) {
+                                         const std::optional<analysis::ReferenceComparison>& ref,
+                                         const std::optional<GuardOutcome>& guard) {
   std::vector<std::string> out;
   if (!c.judged) {
     out.push_back(fmt::format("NOT JUDGED: too few records ({}; need >= {})", c.records, analysis::kMinRecords));
-    out.push_back(next_step(c, n, ref));
+    out.push_back(next_step(c, n, ref, guard));
     return out;
   }
   // A loss that turned up at the trace's end is healthy only up to the turn: the failure rules
@@ -81,7 +104,7 @@ std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const a
     const char* answer = !ref->attributable ? "UNDECIDED" : *ref->attributable ? "YES" : "NO";
     out.push_back(fmt::format("attributable to the attention numerics (against {}): {}", ref->path, answer));
   }
-  out.push_back(next_step(c, n, ref));
+  out.push_back(next_step(c, n, ref, guard));
   return out;
 }
 

@@ -9,11 +9,14 @@
 #include "lpdiag/analyzers/chain.hpp"
 #include "lpdiag/analyzers/recorded_numerics.hpp"
 #include "lpdiag/analyzers/reference_run.hpp"
+#include "guard_outcome.hpp"
 
 namespace lpdiag::cli {
 
+// `guard`: what the guard did about a failed run (guard_outcome), which changes what to do next.
 std::vector<std::string> verdict_summary(const analysis::ChainResult& c, const analysis::RecordedNumerics& n,
-                                         const std::optional<analysis::ReferenceComparison>& ref = std::nullopt);
+                                         const std::optional<analysis::ReferenceComparison>& ref = std::nullopt,
+                                         const std::optional<GuardOutcome>& guard = std::nullopt);
 
 // A healthy run whose loss turned up at the trace's end (its first warning is loss_rise_at_end):
 // healthy only until the turn, which every headline says.
