@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #include "autocast.hpp"
 #include "clip.hpp"
@@ -76,6 +77,12 @@ int train(int argc, char** argv) {
   std::string guard_at;
   app.add_option("--guard-at", guard_at,
                  "STEP:LAYER switches LAYER to the --guard numerics after STEP without an alarm (what a false alarm costs)");
+  std::string alarm_thresholds = "default";
+  app.add_option("--alarm-thresholds", alarm_thresholds,
+                 "The online alarm's thresholds: default, or slow-trigger (also warns when a growing head's repeated maxima rise "
+                 "slowly)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(lpdiag::alarm::kAlarmPresets), std::end(lpdiag::alarm::kAlarmPresets))));
   bool alarm_switches = true;
   app.add_flag("!--no-alarm-switch", alarm_switches,
                "With --guard-at: the alarms are still raised and recorded but switch nothing, so --guard-at alone decides "
@@ -186,6 +193,7 @@ int train(int argc, char** argv) {
     }
     guard_step = a, guard_layer = b;
   }
+  if (monitor && alarm_thresholds != "default") monitor->set_alarm_thresholds(alarm_thresholds);
   if (!alarm_switches && guard_at.empty()) {
     std::fprintf(stderr, "gpt2_train: --no-alarm-switch leaves only --guard-at to switch a layer; give --guard-at STEP:LAYER\n");
     return 2;

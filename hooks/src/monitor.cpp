@@ -609,6 +609,13 @@ void Monitor::set_alarm(bool on) {
   else if (!detector_) detector_ = std::make_unique<alarm::AlarmDetector>();
 }
 
+void Monitor::set_alarm_thresholds(const std::string& name) {
+  TORCH_CHECK(!writer_, "lpdiag.Monitor: set_alarm_thresholds after the first record(); choose the thresholds before training");
+  const auto p = alarm::AlarmParams::preset(name);
+  TORCH_CHECK(p.has_value(), "lpdiag.Monitor: unknown alarm thresholds '", name, "'; use one of: ", alarm::alarm_preset_list());
+  detector_ = std::make_unique<alarm::AlarmDetector>(*p);
+}
+
 void Monitor::set_on_alarm(std::function<void(const alarm::Alarm&)> hook) { on_alarm_ = std::move(hook); }
 
 void Monitor::set_guard(std::string guard) {

@@ -92,6 +92,7 @@ TORCH_LIBRARY(lpdiag, m) {
       .def("records", &Monitor::records)
       .def("host_cost_json", &Monitor::host_cost_json)
       .def("set_alarm", &Monitor::set_alarm)
+      .def("set_alarm_thresholds", &Monitor::set_alarm_thresholds)
       .def("set_guard", &Monitor::set_guard)
       .def("alarms_json", &Monitor::alarms_json)
       .def("alarm_count", &Monitor::alarm_count)

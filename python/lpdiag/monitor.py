@@ -25,6 +25,11 @@ from .attention import current_layer, current_level, current_observe, is_compili
 from .guard import GuardSdpaMode, check_guard, current_guard
 from .observe import head_mask, sdpa_mode_for_step
 
+# The alarm's named thresholds (AlarmParams::preset in libdiag): "default", the frozen fit the
+# product uses, and "slow-trigger", which also warns when a growing head's repeated maxima rise
+# slowly (docs/reference/analyzers.md, the online alarm).
+ALARM_THRESHOLDS = ("default", "slow-trigger")
+
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
 
@@ -67,7 +72,8 @@ class Monitor:
     (N, default 50: the first step and every N-th are observed; 0: never), observe_layers and
     observe_heads (lists: a subset; None: all), observe_rows (query rows per head an observed
     call looks at, the leading batch elements that hold them; default 1024; 0: all).
-    The online alarm (docs/reference/analyzers.md) runs on every record: alarm (True), on_alarm (a
+    The online alarm (docs/reference/analyzers.md) runs on every record: alarm (True; False: off;
+    "default" or "slow-trigger": which thresholds, docs/reference/analyzers.md), on_alarm (a
     callable given each alarm as a dict {step, kind, layer_index, head, evidence, guarded}, called
     from record(); what it raises is printed and training goes on), guard ("fp32", "sr", "paper"
     or None: from an alarm naming a layer on, that layer's attention runs under those numerics;
@@ -80,6 +86,9 @@ class Monitor:
                  alarm=True, on_alarm=None, guard=None):
         load()
         self._guard = check_guard(guard)
+        if isinstance(alarm, str) and alarm not in ALARM_THRESHOLDS:
+            raise ValueError(f"lpdiag.Monitor: alarm must be True, False or the name of its thresholds "
+                             f"({', '.join(ALARM_THRESHOLDS)}), got {alarm!r}")
         if guard is not None and not alarm:
             raise ValueError("lpdiag.Monitor: a guard acts on alarms; it needs alarm=True")
         if on_alarm is not None and not callable(on_alarm):
@@ -132,7 +141,10 @@ class Monitor:
                 raise ValueError(f"lpdiag.Monitor: observe_layers must be in [0, {len(layers)}), got {bad}")
         self._observe_layers = None if observe_layers is None else {int(x) for x in observe_layers}
         self._mon.set_observe_every(self._observe_every)
-        self._mon.set_alarm(bool(alarm))
+        if isinstance(alarm, str):
+            self._mon.set_alarm_thresholds(alarm)
+        else:
+            self._mon.set_alarm(bool(alarm))
         if guard is not None:
             self._mon.set_guard(guard)
         self._step_observe = self.step_observed()

@@ -160,3 +160,36 @@ TEST_CASE("the readings are the quantities the rules compare, after the latest r
   REQUIRE(e.alarms().size() == 1);
   CHECK(e.alarms()[0].kind == "loss_explosion");
 }
+
+TEST_CASE("the named thresholds: default is the frozen fit, slow-trigger the first fit, nothing else", "[alarm]") {
+  const auto d = AlarmParams::preset("default");
+  REQUIRE(d.has_value());
+  CHECK(d->excess_growth == AlarmParams::frozen().excess_growth);
+  CHECK(d->trigger_ratio == AlarmParams::frozen().trigger_ratio);
+  CHECK(d->settled_growth == AlarmParams::frozen().settled_growth);
+  const auto s = AlarmParams::preset("slow-trigger");
+  REQUIRE(s.has_value());
+  CHECK(s->excess_growth == 0.35);
+  CHECK(s->trigger_ratio == 1.5);
+  CHECK(s->settled_growth == 0.1);
+  CHECK_FALSE(AlarmParams::preset("Default").has_value());
+  CHECK_FALSE(AlarmParams::preset("").has_value());
+  CHECK(alarm_preset_list() == "default, slow-trigger");
+}
+
+TEST_CASE("slow-trigger warns of a head whose repeated maxima rise 1.7x; the default thresholds do not", "[alarm]") {
+  // Every head at 10% repeated-maximum rows; layer 1 head 2 at 17% from step 1000 on (1.7x, between
+  // the two sets' ratios of 1.5 and 2), its sigma growing 0.5 per 500 steps beyond its peers (above
+  // both sets' excess growth).
+  auto rs = run(0.5, 0.17);
+  for (auto& r : rs)
+    for (auto& x : r.samples)
+      if (x.repeated == 20) x.repeated = 100;
+  CHECK(feed(rs).empty());
+  AlarmDetector slow(*AlarmParams::preset("slow-trigger"));
+  for (const auto& r : rs) slow.feed(r);
+  REQUIRE(slow.alarms().size() == 1);
+  CHECK(slow.alarms()[0].kind == "growth");
+  CHECK(slow.alarms()[0].layer_index == 1);
+  CHECK(slow.alarms()[0].head == 2);
+}

@@ -53,6 +53,15 @@ with h5py.File(late, "r") as f, h5py.File(u, "r") as h:
     lg, lu, st = f["scalars/loss"][:], h["scalars/loss"][:], f["step"][:]
     check(all(lg[i] == lu[i] for i in range(len(st)) if st[i] <= 45), "identical to the unguarded run up to step 45")
     check(any(lg[i] != lu[i] for i in range(len(st)) if st[i] > 46), "and not after the switch")
+# --alarm-thresholds slow-trigger: the growth rule's first-fit thresholds; these alarms are logit
+# collapses, a rule both sets share, so the guarded run alarms and switches as with the default.
+_, sp = run("slow-trigger", "--guard", "fp32", "--alarm-thresholds", "slow-trigger")
+slow_alarms = json.loads(next(line for line in sp.stdout.splitlines() if line.startswith("alarms: "))[len("alarms: "):])
+check([(a["step"], a["layer_index"], a["guarded"]) for a in slow_alarms] == [(a["step"], a["layer_index"], a["guarded"]) for a in alarms],
+      f"--alarm-thresholds slow-trigger: the same collapse alarms and switches: {slow_alarms}")
+p = subprocess.run([train, "--steps", "5", "--out", f"{out}/bad.h5", "--alarm-thresholds", "early"], capture_output=True, text=True)
+check(p.returncode != 0 and "slow-trigger" in p.stderr + p.stdout and not os.path.exists(f"{out}/bad.h5"),
+      f"--alarm-thresholds with an unknown name is refused, the names listed ({p.returncode}: {(p.stderr + p.stdout)[-200:]})")
 p = subprocess.run([cli, "analyze", g], capture_output=True, text=True)
 check("guard at step" in p.stdout and "alarm at step" in p.stdout, "analyze shows the alarms and the switches:\n" + p.stdout)
 check.finish()

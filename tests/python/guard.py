@@ -141,6 +141,19 @@ with tempfile.TemporaryDirectory() as d:
     def bad(a):
         raise RuntimeError("the user's callback failed")
 
+    # alarm="slow-trigger": the first fit's thresholds for the growth rule; the collapse rule is
+    # the same in both, so this run alarms as the default one did, and training is unchanged.
+    slow, smon = train(f"{d}/slow.h5", alarm="slow-trigger")
+    check("alarm='slow-trigger': the same collapse alarm, training unchanged",
+          [(a["step"], a["kind"], a["layer_index"]) for a in smon.alarms] == [(JUMP, "logit_collapse", 1)] and slow == plain,
+          str(smon.alarms))
+    try:
+        train(f"{d}/named.h5", alarm="early")
+        check("an unknown alarm name is refused", False)
+    except ValueError as e:
+        check("an unknown alarm name is refused, the names listed, no file written",
+              "slow-trigger" in str(e) and not os.path.exists(f"{d}/named.h5"), str(e))
+
     l2, _ = train(f"{d}/bad.h5", on_alarm=bad)
     check("an on_alarm that raises does not stop training", l2 == plain)
     for kw, what in (({"guard": "bf16"}, "an unknown guard"), ({"guard": "fp32", "alarm": False}, "a guard without the alarm")):

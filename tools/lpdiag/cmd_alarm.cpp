@@ -17,6 +17,7 @@
 #include "lpdiag/command.hpp"
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/preflight.hpp"
+#include "alarm_thresholds_option.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -26,6 +27,7 @@ struct AlarmArgs {
   bool json = false;
   std::string readings;  // CSV of the detector's readings, one row per record ("" none)
   bool overwrite = false;
+  std::string thresholds = "default";
 };
 
 void check_output(const AlarmArgs& a) {
@@ -117,7 +119,7 @@ int run_alarm(const AlarmArgs& a) {
   preflight_trace(a.path);
   TraceReader reader(a.path);
   alarm::TraceFeeder feeder(reader);
-  alarm::AlarmDetector det;
+  alarm::AlarmDetector det(thresholds_params(a.thresholds));
   if (a.readings.empty()) {
     feeder.feed_new(det);
   } else {
@@ -134,6 +136,7 @@ int run_alarm(const AlarmArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"trace", a.path},
                         {"records", reader.records()},
+                        {"thresholds", a.thresholds},
                         {"alarm", alarms.empty() ? nlohmann::json(nullptr) : alarm_json(alarms.front())},
                         {"alarms", nlohmann::json::array()},
                         {"sees", {{"attention_counters", feeder.has_counters()}, {"head_sigma", feeder.has_head_sigma()}}},
@@ -141,7 +144,8 @@ int run_alarm(const AlarmArgs& a) {
     for (const auto& x : alarms) j["alarms"].push_back(alarm_json(x));
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("{} ({} records)\n", a.path, reader.records());
+    std::cout << fmt::format("{} ({} records{})\n", a.path, reader.records(),
+                             a.thresholds == "default" ? "" : ", thresholds " + a.thresholds);
     if (alarms.empty()) {
       std::cout << "no alarm\n";
     } else {
@@ -170,12 +174,13 @@ Registration register_alarm(CLI::App& app) {
   sub->add_option("trace", args->path, "Trace file")->required();
   sub->add_flag("--json", args->json,
                 "One JSON object: {\"alarm\": null | {step, kind, layer_index, head, evidence}, \"alarms\": [...], \"sees\": ..., "
-                "\"blind_spot\": ...}");
+                "\"blind_spot\": ..., \"thresholds\": ...}");
   sub->add_option("--readings", args->readings,
                   "Also write FILE.csv: what the detector read after each record (the loss's running median over its best, the "
                   "median head's growth, and per layer the head that outgrew it most: its excess growth and repeated-maximum "
                   "rates, and the largest logit), the numbers its thresholds are compared with");
   sub->add_flag("--overwrite", args->overwrite, "Replace an existing --readings file (without it, an existing file is refused)");
+  add_thresholds_option(sub, args->thresholds);
   return {sub, [args] { return run_alarm(*args); }};
 }
 

@@ -18,6 +18,7 @@
 #include "lpdiag/trace/trace_reader.hpp"
 #include "run_analysis.hpp"
 #include "verdict_summary.hpp"
+#include "alarm_thresholds_option.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -30,6 +31,7 @@ struct WatchArgs {
   double interval = 2.0;
   double wait = 60.0;
   double idle_exit = 0.0;  // 0: never
+  std::string thresholds = "default";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -59,7 +61,7 @@ int run_watch(const WatchArgs& a) {
   bool failure_seen = false, alarmed = false;
   int failed_polls = 0;
   // The online alarm, fed each record once as it becomes visible (lpdiag alarm replays the same).
-  alarm::AlarmDetector detector;
+  alarm::AlarmDetector detector(thresholds_params(a.thresholds));
   std::int64_t fed = 0;
   std::int64_t last_records = -1;
   auto last_growth = Clock::now();
@@ -147,6 +149,7 @@ Registration register_watch(CLI::App& app) {
   sub->add_option("--interval", args->interval, "Seconds between polls")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--wait", args->wait, "Seconds to wait for the file to appear")->capture_default_str();
   sub->add_option("--idle-exit", args->idle_exit, "Exit after this many seconds without new records (0: never)")->capture_default_str();
+  add_thresholds_option(sub, args->thresholds);
   return {sub, [args] { return run_watch(*args); }};
 }
 

@@ -26,6 +26,28 @@ AlarmParams AlarmParams::frozen() {
   return p;
 }
 
+std::optional<AlarmParams> AlarmParams::preset(std::string_view name) {
+  if (name == "default") return frozen();
+  if (name == "slow-trigger") {
+    // The first fit, frozen before any of the runs that later tested both sets was made: on the 16
+    // runs of docs/results/alarm.md made after the current thresholds, it raised the same false
+    // alarms and warned of two more failures, each over 900 steps ahead. Not the default: it was
+    // chosen between the two on those runs, and only runs made after that choice can test it.
+    AlarmParams p = frozen();
+    p.excess_growth = 0.35;
+    p.trigger_ratio = 1.5;
+    p.settled_growth = 0.1;
+    return p;
+  }
+  return std::nullopt;
+}
+
+std::string alarm_preset_list() {
+  std::string out;
+  for (const char* n : kAlarmPresets) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
 namespace {
 
 double median(std::vector<double> v) {

@@ -98,6 +98,9 @@ class Monitor : public torch::CustomClassHolder {
   // CUDA, one record later: when its statistics have landed). Each alarm is a trace event
   // ("alarm"), one line on stderr, and a call of the on_alarm hook. On by default.
   void set_alarm(bool on);
+  // Which thresholds the alarm uses (alarm::AlarmParams::preset: "default", "slow-trigger"); turns
+  // the alarm on. Before the first record.
+  void set_alarm_thresholds(const std::string& name);
   void set_on_alarm(std::function<void(const alarm::Alarm&)> hook);
   // guard "fp32", "sr" or "paper" ("" none): when an alarm names a layer, that layer's later calls
   // of lpdiag's attention op run under the guard's numerics (hooks/guard.hpp), and a

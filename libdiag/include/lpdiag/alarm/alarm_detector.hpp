@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,17 @@ struct AlarmParams {
   // The values the product uses, fitted leave-one-run-out on the trace corpus
   // (docs/results/alarm.md) and frozen.
   static AlarmParams frozen();
+  // The thresholds a user can choose by name (kAlarmPresets): "default" is frozen();
+  // "slow-trigger" is the first frozen fit (excess growth 0.35, repeated-maximum ratio 1.5, settled
+  // growth 0.1), which also warns when a growing head's repeated maxima rise slowly. nullopt for
+  // any other name.
+  static std::optional<AlarmParams> preset(std::string_view name);
 };
+
+// The names AlarmParams::preset() knows, for help texts and error messages.
+inline constexpr const char* kAlarmPresets[] = {"default", "slow-trigger"};
+// "default, slow-trigger"
+std::string alarm_preset_list();
 
 inline constexpr double kUnmeasured = std::numeric_limits<double>::quiet_NaN();
 

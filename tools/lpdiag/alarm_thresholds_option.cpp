@@ -1,0 +1,24 @@
+#include "alarm_thresholds_option.hpp"
+
+#include <iterator>
+#include <vector>
+
+#include "lpdiag/error.hpp"
+
+namespace lpdiag::cli {
+
+void add_thresholds_option(CLI::App* sub, std::string& name) {
+  sub->add_option("--thresholds", name,
+                  "The alarm's thresholds: default (the frozen fit), or slow-trigger (the first fit, which also warns when a "
+                  "growing head's repeated maxima rise slowly; docs/reference/analyzers.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(alarm::kAlarmPresets), std::end(alarm::kAlarmPresets))));
+}
+
+alarm::AlarmParams thresholds_params(const std::string& name) {
+  const auto p = alarm::AlarmParams::preset(name);
+  if (!p) throw InputError("unknown alarm thresholds '" + name + "'; use one of: " + alarm::alarm_preset_list());
+  return *p;
+}
+
+}  // namespace lpdiag::cli
