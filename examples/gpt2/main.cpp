@@ -193,7 +193,10 @@ int train(int argc, char** argv) {
     }
     guard_step = a, guard_layer = b;
   }
-  if (monitor && alarm_thresholds != "default") monitor->set_alarm_thresholds(alarm_thresholds);
+  if (monitor && alarm_thresholds != "default") {
+    monitor->set_alarm_thresholds(alarm_thresholds);
+    std::printf("alarm thresholds: %s\n", alarm_thresholds.c_str());
+  }
   if (!alarm_switches && guard_at.empty()) {
     std::fprintf(stderr, "gpt2_train: --no-alarm-switch leaves only --guard-at to switch a layer; give --guard-at STEP:LAYER\n");
     return 2;

@@ -9,7 +9,8 @@
 # first 5,000 steps keep the 5,000-step schedule); DET=1 adds --deterministic. GUARD_AT=STEP:LAYER
 # (guarded arm) also switches LAYER at STEP whatever the alarm says: with DET=1, how late a switch
 # still saves a run whose unguarded arm failed; add NO_ALARM_SWITCH=1 so that the alarm's own switches
-# (earlier than STEP) stay off and GUARD_AT alone switches.
+# (earlier than STEP) stay off and GUARD_AT alone switches. THRESHOLDS=slow-trigger: the alarm's
+# named thresholds (--alarm-thresholds; the run's name gets -slow-trigger).
 # MODE=repro: whether the same seed gives the same run twice in one build on one card.
 # MODE=cost instead: what a switched layer costs per step, interleaved A/B, two repetitions, 160
 # steps timed from step 60, lr 1e-3 on the corpus (at gpt2_train's default 3e-3 every layer's
@@ -62,8 +63,10 @@ seed=${SEED:-1}; guard=${GUARD:-fp32}
 case "${ARM:-guarded}" in
   guarded) name=guard-$guard-s$seed; arm=(--policy seed-mma:tile=512 --guard "$guard")
            if [ -n "${GUARD_AT:-}" ]; then name=$name-at${GUARD_AT/:/-}; arm+=(--guard-at "$GUARD_AT"); fi
-           if [ -n "${NO_ALARM_SWITCH:-}" ]; then name=$name-only; arm+=(--no-alarm-switch); fi ;;
-  unguarded) name=unguarded-s$seed; arm=(--policy seed-mma:tile=512) ;;
+           if [ -n "${NO_ALARM_SWITCH:-}" ]; then name=$name-only; arm+=(--no-alarm-switch); fi
+           if [ -n "${THRESHOLDS:-}" ]; then name=$name-$THRESHOLDS; arm+=(--alarm-thresholds "$THRESHOLDS"); fi ;;
+  unguarded) name=unguarded-s$seed; arm=(--policy seed-mma:tile=512)
+             if [ -n "${THRESHOLDS:-}" ]; then name=$name-$THRESHOLDS; arm+=(--alarm-thresholds "$THRESHOLDS"); fi ;;
   fp32) name=fp32-s$seed; arm=(--attention sdpa-fp32) ;;
   *) echo "ARM must be guarded, unguarded or fp32"; exit 2 ;;
 esac
@@ -75,6 +78,7 @@ echo "rc=$? $(date +%T)"
 grep -E "ALARM|^step +[0-9]*[05]00 |^steady|^trained|^alarms" "$OUT/$name.log" | cut -c1-400
 $B/tools/lpdiag analyze "$OUT/$name.h5" >"$OUT/$name.analyze.txt" 2>&1; head -12 "$OUT/$name.analyze.txt"
 $B/tools/lpdiag alarm "$OUT/$name.h5" --json >"$OUT/$name.alarm.json" 2>&1
+$B/tools/lpdiag alarm "$OUT/$name.h5" --json --thresholds slow-trigger >"$OUT/$name.alarm-slow-trigger.json" 2>&1
 ls -la "$OUT/$name.h5"
 split -b 15000000 -d "$OUT/$name.h5" "$OUT/$name.h5.part-" && rm "$OUT/$name.h5"
 rm -f "$OUT/build.log" "$OUT/configure.log"  # at most 8 files come back
