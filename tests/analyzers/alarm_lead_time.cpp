@@ -198,14 +198,18 @@ int main(int argc, char** argv) {
       continue;
     }
     AlarmParams q = AlarmParams::frozen();
-    if (i + 1 >= argc || std::sscanf(argv[++i], "%lf/%lf/%lf", &q.excess_growth, &q.trigger_ratio, &q.settled_growth) != 3) {
-      std::cerr << "alarm_lead_time: --judge-with wants GROWTH/RATIO/SETTLED, e.g. 0.35/1.5/0.1\n";
+    const auto named = i + 1 < argc ? AlarmParams::preset(argv[i + 1]) : std::nullopt;
+    if (named) {
+      q = *named, ++i;
+    } else if (i + 1 >= argc || std::sscanf(argv[++i], "%lf/%lf/%lf", &q.excess_growth, &q.trigger_ratio, &q.settled_growth) != 3) {
+      std::cerr << "alarm_lead_time: --judge-with wants GROWTH/RATIO/SETTLED (e.g. 0.35/1.5/0.1) or a named set ("
+                << lpdiag::alarm::alarm_preset_list() << ")\n";
       return 2;
     }
     other = q;
   }
   if (pos.size() < 2) {
-    std::cerr << "usage: alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json] [--judge-with GROWTH/RATIO/SETTLED]\n";
+    std::cerr << "usage: alarm_lead_time CORPUS.json FIXTURES_DIR [OUT.json] [--judge-with GROWTH/RATIO/SETTLED|NAME]\n";
     return 2;
   }
   argc = static_cast<int>(pos.size()) + 1;
