@@ -20,7 +20,7 @@ constexpr const char* kAttentionKeys[] = {"attention", "policy", "fix", "precisi
 // Those, and the keys that say how the run was observed rather than how it trained.
 const std::set<std::string> kNotTrainingKeys = [] {
   std::set<std::string> k(std::begin(kAttentionKeys), std::end(kAttentionKeys));
-  k.insert({"instrument", "level", "full_every", "observe_every", "producer", "out", "trace", "spec"});
+  k.insert({"instrument", "level", "full_every", "observe_every", "producer", "out", "trace", "spec", "alarm"});
   return k;
 }();
 

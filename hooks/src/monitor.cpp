@@ -28,6 +28,18 @@
 #include "termination_flush.hpp"
 
 namespace lpdiag::hooks {
+namespace {
+
+// run_config with "alarm": `name` added as its last key, when it is a JSON object without one; the
+// text otherwise kept as the user wrote it (key order included).
+std::string with_alarm_key(const std::string& run_config, const std::string& name) {
+  const auto j = nlohmann::json::parse(run_config, nullptr, false);
+  if (!j.is_object() || j.contains("alarm")) return run_config;
+  const auto close = run_config.find_last_of('}');
+  return run_config.substr(0, close) + (j.empty() ? "" : ",") + "\"alarm\":" + nlohmann::json(name).dump() + run_config.substr(close);
+}
+
+}  // namespace
 
 struct Monitor::Tracked {
   MatrixSpec spec;
@@ -210,7 +222,7 @@ void Monitor::open_writer() {
   for (std::size_t i = 0; i < activation_names_.size(); ++i) layout_.activations.push_back({activation_names_[i], activation_layers_[i]});
   TraceHeader h;
   h.producer = std::string("lpdiag 0.1.0 (libtorch ") + TORCH_VERSION + ")";
-  h.run_config = run_config_;
+  h.run_config = with_alarm_key(run_config_, detector_ ? alarm_thresholds_ : "off");
   h.rank = rank_;
   h.world_size = world_size_;
   TraceWriterOptions o;
@@ -605,8 +617,12 @@ void Monitor::finish_pending(int64_t next_step) {
 }
 
 void Monitor::set_alarm(bool on) {
-  if (!on) detector_.reset();
-  else if (!detector_) detector_ = std::make_unique<alarm::AlarmDetector>();
+  if (!on) {
+    detector_.reset();
+  } else if (!detector_) {
+    detector_ = std::make_unique<alarm::AlarmDetector>();
+    alarm_thresholds_ = "default";
+  }
 }
 
 void Monitor::set_alarm_thresholds(const std::string& name) {
@@ -614,6 +630,7 @@ void Monitor::set_alarm_thresholds(const std::string& name) {
   const auto p = alarm::AlarmParams::preset(name);
   TORCH_CHECK(p.has_value(), "lpdiag.Monitor: unknown alarm thresholds '", name, "'; use one of: ", alarm::alarm_preset_list());
   detector_ = std::make_unique<alarm::AlarmDetector>(*p);
+  alarm_thresholds_ = name;
 }
 
 void Monitor::set_on_alarm(std::function<void(const alarm::Alarm&)> hook) { on_alarm_ = std::move(hook); }

@@ -43,6 +43,16 @@ TEST_CASE("reference: RUN fails and REF does not -> attributable", "[reference]"
   CHECK(r.config_differences.empty());  // attention differs, which is the point
 }
 
+TEST_CASE("reference: the live alarm's thresholds are not a difference in training", "[reference]") {
+  // The Monitor records "alarm" in run_config; the alarm observes, it never changes the training.
+  const auto r = compare_with_reference("ref.h5", with_verdict(false, "loss_explosion", 700), with_verdict(true),
+                                        F(R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"lpdiag","alarm":"slow-trigger"})"),
+                                        F(R"({"lr":0.006,"seed":1,"policy":"fa2","attention":"sdpa-fp32","alarm":"default"})"));
+  CHECK(r.config_differences.empty());
+  REQUIRE(r.attributable.has_value());
+  CHECK(*r.attributable);
+}
+
 TEST_CASE("reference: both fail alike -> not attributable", "[reference]") {
   const auto r = compare_with_reference("ref.h5", with_verdict(false, "attention_logit_growth", 3), with_verdict(false, "loss_explosion", 22), F(cfg), F(cfg_fp32));
   REQUIRE(r.attributable.has_value());

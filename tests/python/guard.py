@@ -147,6 +147,20 @@ with tempfile.TemporaryDirectory() as d:
     check("alarm='slow-trigger': the same collapse alarm, training unchanged",
           [(a["step"], a["kind"], a["layer_index"]) for a in smon.alarms] == [(JUMP, "logit_collapse", 1)] and slow == plain,
           str(smon.alarms))
+
+    def alarm_config(path):
+        with h5py.File(path, "r") as f:
+            return json.loads(f.attrs["run_config"]).get("alarm")
+
+    check("run_config records the alarm's thresholds (off, default, slow-trigger)",
+          [alarm_config(f"{d}/{n}.h5") for n in ("off", "plain", "slow")] == ["off", "default", "slow-trigger"],
+          str([alarm_config(f"{d}/{n}.h5") for n in ("off", "plain", "slow")]))
+    out = subprocess.run([cli, "analyze", f"{d}/slow.h5", "--json"], capture_output=True, text=True)
+    text = subprocess.run([cli, "analyze", f"{d}/slow.h5"], capture_output=True, text=True).stdout
+    check("analyze names the live alarm's thresholds",
+          json.loads(out.stdout).get("alarm_thresholds") == "slow-trigger" and "live alarm thresholds: slow-trigger" in text
+          and "live alarm thresholds" not in subprocess.run([cli, "analyze", f"{d}/plain.h5"], capture_output=True, text=True).stdout,
+          text[:600])
     try:
         train(f"{d}/named.h5", alarm="early")
         check("an unknown alarm name is refused", False)

@@ -90,6 +90,8 @@ int run_analyze(const AnalyzeArgs& a) {
       (e.kind == "alarm" ? j["alarms"] : j["guard_switches"]).push_back(std::move(o));
     }
     j["guard_outcome"] = g ? guard_outcome_json(*g) : nlohmann::json(nullptr);
+    const auto th = live_alarm_thresholds(run);
+    j["alarm_thresholds"] = th ? nlohmann::json(*th) : nlohmann::json(nullptr);
     std::cout << j.dump(2) << "\n";
     return verdict_exit_code(run.c);
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "lpdiag/error.hpp"
 
 #include "lpdiag/analyzers/recorded_numerics.hpp"
@@ -89,8 +91,17 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
   return r;
 }
 
+std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run) {
+  const auto j = nlohmann::json::parse(run.run_config, nullptr, false);
+  if (!j.is_object() || !j.contains("alarm") || !j["alarm"].is_string()) return std::nullopt;
+  return j["alarm"].get<std::string>();
+}
+
 std::vector<std::string> alarm_lines(const AnalyzedRun& run) {
   std::vector<std::string> out;
+  const auto thresholds = live_alarm_thresholds(run);
+  if (!run.alarm_events.empty() && thresholds && *thresholds != "default")
+    out.push_back("live alarm thresholds: " + *thresholds);
   for (const auto& e : run.alarm_events) {
     const std::string where = e.layer_index >= 0 ? fmt::format(" (layer {})", e.layer_index) : "";
     if (e.kind == "alarm") out.push_back(fmt::format("alarm at step {}{}: {}", e.step, where, e.message));

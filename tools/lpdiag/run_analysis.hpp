@@ -25,7 +25,11 @@ struct AnalyzedRun {
 
 // Preflights every file first (clear errors for unusable input).
 // `o_error`: also bin the O error sums (the report plots them).
-// One line per alarm and guard event, for analyze and the report.
+// The live alarm's thresholds as the Monitor recorded them in run_config ("alarm": "default",
+// "slow-trigger", "off"); nullopt for a trace written before they were recorded.
+std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run);
+// One line per alarm and guard event, for analyze and the report; first, when the live alarm ran
+// with other thresholds than the default ones, which.
 std::vector<std::string> alarm_lines(const AnalyzedRun& run);
 AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double bias_z, int workers,
                         const analysis::Progress& progress = {}, bool o_error = false);

@@ -99,7 +99,8 @@ class Monitor : public torch::CustomClassHolder {
   // ("alarm"), one line on stderr, and a call of the on_alarm hook. On by default.
   void set_alarm(bool on);
   // Which thresholds the alarm uses (alarm::AlarmParams::preset: "default", "slow-trigger"); turns
-  // the alarm on. Before the first record.
+  // the alarm on. Before the first record. The trace's run_config records the choice as "alarm"
+  // ("default", a name, or "off"), when run_config is a JSON object without that key.
   void set_alarm_thresholds(const std::string& name);
   void set_on_alarm(std::function<void(const alarm::Alarm&)> hook);
   // guard "fp32", "sr" or "paper" ("" none): when an alarm names a layer, that layer's later calls
@@ -122,6 +123,7 @@ class Monitor : public torch::CustomClassHolder {
   static constexpr int64_t kUntimedRecords = 10;
   void run_alarm(const TraceRecord& r);
   std::unique_ptr<alarm::AlarmDetector> detector_ = std::make_unique<alarm::AlarmDetector>();
+  std::string alarm_thresholds_ = "default";
   std::function<void(const alarm::Alarm&)> on_alarm_;
   std::string guard_;
   std::vector<std::pair<alarm::Alarm, bool>> alarms_;  // with whether the guard switched its layer
