@@ -25,11 +25,6 @@ from .attention import current_layer, current_level, current_observe, is_compili
 from .guard import GuardSdpaMode, check_guard, current_guard
 from .observe import head_mask, sdpa_mode_for_step
 
-# The alarm's named thresholds (AlarmParams::preset in libdiag): "default", the frozen fit the
-# product uses, and "slow-trigger", which also warns when a growing head's repeated maxima rise
-# slowly (docs/reference/analyzers.md, the online alarm).
-ALARM_THRESHOLDS = ("default", "slow-trigger")
-
 _HEAD_ATTRS = ("n_head", "num_heads", "num_attention_heads", "n_heads")
 
 
@@ -86,9 +81,12 @@ class Monitor:
                  alarm=True, on_alarm=None, guard=None):
         load()
         self._guard = check_guard(guard)
-        if isinstance(alarm, str) and alarm not in ALARM_THRESHOLDS:
+        # The alarm's named thresholds (AlarmParams::preset): "default", the frozen fit, and
+        # "slow-trigger", which also warns when a growing head's repeated maxima rise slowly.
+        names = list(torch.ops.lpdiag.alarm_thresholds())
+        if isinstance(alarm, str) and alarm not in names:
             raise ValueError(f"lpdiag.Monitor: alarm must be True, False or the name of its thresholds "
-                             f"({', '.join(ALARM_THRESHOLDS)}), got {alarm!r}")
+                             f"({', '.join(names)}), got {alarm!r}")
         if guard is not None and not alarm:
             raise ValueError("lpdiag.Monitor: a guard acts on alarms; it needs alarm=True")
         if on_alarm is not None and not callable(on_alarm):
