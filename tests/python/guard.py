@@ -161,6 +161,9 @@ with tempfile.TemporaryDirectory() as d:
           json.loads(out.stdout).get("alarm_thresholds") == "slow-trigger" and "live alarm thresholds: slow-trigger" in text
           and "live alarm thresholds" not in subprocess.run([cli, "analyze", f"{d}/plain.h5"], capture_output=True, text=True).stdout,
           text[:600])
+    subprocess.run([cli, "report", f"{d}/slow.h5", "-o", f"{d}/slow.html"], capture_output=True, text=True)
+    html = open(f"{d}/slow.html").read() if os.path.exists(f"{d}/slow.html") else ""
+    check("the report names them too", "<b>live alarm thresholds</b>: slow-trigger" in html, html[:300])
     try:
         train(f"{d}/named.h5", alarm="early")
         check("an unknown alarm name is refused", False)

@@ -159,7 +159,11 @@ int run_report(const ReportArgs& a) {
                                                   : std::string("<h2 class=\"open\">Run healthy by the failure rules, with a warning</h2>"))
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
-  for (const auto& line : alarm_lines(run)) html += "<p class=\"open\"><b>" + html_escape(line.substr(0, line.find(' '))) + "</b>" + html_escape(line.substr(line.find(' '))) + "</p>";
+  // Each alarm line's first word in bold ("alarm", "guard"); the thresholds line's label whole.
+  for (const auto& line : alarm_lines(run)) {
+    const auto cut = line.rfind("live alarm thresholds:", 0) == 0 ? line.find(':') : line.find(' ');
+    html += "<p class=\"open\"><b>" + html_escape(line.substr(0, cut)) + "</b>" + html_escape(line.substr(cut)) + "</p>";
+  }
   if (const auto g = guard_outcome(run)) html += "<p class=\"open\"><b>guard</b>" + html_escape(guard_outcome_line(*g).substr(5)) + "</p>";
   for (const auto& w : c.run.warnings)
     html += fmt::format("<p class=\"open\"><b>Warning</b>: {} from step {}: {}</p>", html_escape(w.kind), w.onset_step, html_escape(w.evidence));
