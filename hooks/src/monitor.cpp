@@ -692,7 +692,13 @@ void Monitor::run_alarm(const TraceRecord& r) {
   for (const auto& a : detector_->feed(alarm::alarm_record(layout_, r))) {
     bool guarded = false;
     std::string note;
-    if (!guard_.empty() && a.layer_index >= 0) {
+    const auto already = guarded_layers();
+    if (!guard_.empty() && a.layer_index >= 0 &&
+        std::binary_search(already.begin(), already.end(), session_base_ + a.layer_index)) {
+      // A layer raises each kind once, so a switched layer can alarm again: it stays as it is.
+      guarded = true;
+      note = "; layer " + std::to_string(a.layer_index) + " already runs under the guard";
+    } else if (!guard_.empty() && a.layer_index >= 0) {
       CounterSink::Spec s;
       const int64_t id = session_base_ + a.layer_index;
       try {

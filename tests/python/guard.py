@@ -4,7 +4,8 @@ query weights are scaled up 300x at step 12 (its logits jump: a collapse the ala
    "alarm" event; the alarm never changes training: losses with and without it are identical;
  - guard="fp32": a guard_switch event, guarded_layers == [1]; losses identical to the unguarded
    run's up to the alarm's step and not after; the trace records layer 1's numerics as fp32 from
-   then on (attention_spec event), layer 0's unchanged;
+   then on (attention_spec event), layer 0's unchanged; an alarm in a layer already switched
+   writes no second switch;
  - an external kernel (lpdiag.observed) in a guarded layer receives fp32 q, k, v after the switch;
  - Monitor.readings() gives the alarm's quantities as flat floats, the same as `lpdiag alarm
    --readings` reads from the trace;
@@ -39,7 +40,7 @@ def Model(fn):
     return toy_gpt.Model(fn, SEED, C, H, T, V)
 
 
-def train(path, fn=op_attention, **kw):
+def train(path, fn=op_attention, guard_layer_at=None, **kw):
     model = Model(fn)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(SEED)
@@ -47,6 +48,8 @@ def train(path, fn=op_attention, **kw):
     losses = []
     with lpdiag.Monitor(path, model, overwrite=True, **kw) as mon:
         for step in range(STEPS):
+            if guard_layer_at and step == guard_layer_at[0]:
+                mon.guard_layer(guard_layer_at[1])
             if step == JUMP:
                 with torch.no_grad():
                     model.layers[1].c_attn.weight[:C] *= 300  # layer 1's queries: its logits jump
@@ -120,6 +123,14 @@ with tempfile.TemporaryDirectory() as d:
     subprocess.run([cli, "report", f"{d}/guard.h5", "-o", f"{d}/guard.html"], capture_output=True, text=True)
     html = open(f"{d}/guard.html").read() if os.path.exists(f"{d}/guard.html") else ""
     check("the report shows the switch", "<b>guard</b> at step 12 (layer 1)" in html, html[:300])
+
+    # A layer already switched (here by hand, at step 5) that alarms: it stays as it is, the alarm
+    # counts as guarded, and no second switch is written.
+    _, amon = train(f"{d}/already.h5", guard="fp32", guard_layer_at=(5, 1))
+    ev = events(f"{d}/already.h5")
+    check("an alarm in a layer already guarded: guarded, no second switch",
+          amon.guarded_layers == [1] and len(amon.alarms) == 1 and amon.alarms[0]["guarded"]
+          and [(s, layer) for s, k, layer, _ in ev if k == "guard_switch"] == [(4, 1)], f"{amon.alarms} {ev}")
 
     # An external kernel in a guarded layer runs on fp32 inputs after the switch.
     dtypes = []

@@ -71,8 +71,8 @@ AlarmDetector::HeadHistory& AlarmDetector::history(std::int64_t layer, std::int6
   return hist_[static_cast<std::size_t>(layer) * static_cast<std::size_t>(heads_) + static_cast<std::size_t>(head)];
 }
 
-bool AlarmDetector::layer_alarmed(std::int64_t layer_index) const {
-  return std::any_of(alarms_.begin(), alarms_.end(), [&](const Alarm& a) { return a.layer_index == layer_index; });
+bool AlarmDetector::layer_alarmed(std::int64_t layer_index, std::string_view kind) const {
+  return std::any_of(alarms_.begin(), alarms_.end(), [&](const Alarm& a) { return a.layer_index == layer_index && a.kind == kind; });
 }
 
 void AlarmDetector::raise(Alarm a, std::vector<Alarm>& out) {
@@ -157,7 +157,7 @@ void AlarmDetector::check_collapse(const AlarmRecord& r, std::vector<Alarm>& out
   std::int64_t best_l = -1, best_h = -1;
   double best_x = 0, best_low = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    if (layer_alarmed(layers_[l])) continue;
+    if (layer_alarmed(layers_[l], "logit_collapse")) continue;
     for (std::int64_t h = 0; h < heads_; ++h) {
       const double x = r.at(l, h).logit_max;
       if (std::isnan(x) || !(x >= p_.collapse_level)) continue;
@@ -216,7 +216,7 @@ void AlarmDetector::check_growth(const AlarmRecord& r, std::vector<Alarm>& out) 
   double pick_recent = 0, pick_before = 0;
   for (const auto& g : gs) {
     const double ex = g.g - med;
-    if (!(ex >= p_.excess_growth) || layer_alarmed(layers_[g.l])) continue;
+    if (!(ex >= p_.excess_growth) || layer_alarmed(layers_[g.l], "growth")) continue;
     const auto [recent, before] = repeated_rates(static_cast<std::int64_t>(g.l), g.h, r.step);
     if (std::isnan(recent) || std::isnan(before)) continue;
     if (!(recent >= p_.trigger_ratio * before && recent - before >= p_.trigger_rise)) continue;

@@ -12,7 +12,8 @@
 //  - logit_collapse: a head's max logit jumps to one-hot levels within a short window.
 //  - loss_explosion: the loss's running median doubles its best.
 //  - non_finite: a non-finite loss, or a nan_inf event.
-// Each layer alarms once (growth or collapse); each run-level kind once.
+// Each layer raises each kind once (a collapse early in training does not silence the growth
+// precursor later); each run-level kind once.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -140,7 +141,7 @@ class AlarmDetector {
   void check_collapse(const AlarmRecord& r, std::vector<Alarm>& out);
   void check_loss(const AlarmRecord& r, std::vector<Alarm>& out);
   HeadHistory& history(std::int64_t layer, std::int64_t head);
-  bool layer_alarmed(std::int64_t layer) const;
+  bool layer_alarmed(std::int64_t layer, std::string_view kind) const;
   void raise(Alarm a, std::vector<Alarm>& out);
   // A head's repeated-maximum rate over the window ending at `step` and over the window before it
   // (NaN where the window holds no counters).
