@@ -78,6 +78,13 @@ j = json.loads(subprocess.run([cli, "analyze", f"{fx}/seed/gpt2-seedmma-none-1e-
 check([(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]] == [(2890, 1, True)] and j["run"]["failure"] is None,
       f"seed 7 guarded: layer 1 switched at 2890, no failure: {j['guard_switches']} {j['run']['failure']}")
 
+# A layer raises each kind once: seed 18's layer 1 warns of growth (head 6, step 4220) and then
+# raises its collapse (head 6, step 4240); one alarm per layer would have dropped the second.
+rc, out, _ = alarm(f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s18.h5", "--json")
+j = json.loads(out)
+layer1 = [(a["step"], a["kind"], a["head"]) for a in j["alarms"] if a["layer_index"] == 1]
+check(layer1 == [(4220, "growth", 6), (4240, "logit_collapse", 6)], f"seed 18: layer 1 raises growth, then collapse: {layer1}")
+
 # A healthy bf16 run: no alarm, exit 0.
 rc, out, _ = alarm(f"{fx}/real/healthy.h5", "--json")
 j = json.loads(out)
