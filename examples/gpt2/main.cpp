@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 
 #include "autocast.hpp"
 #include "clip.hpp"
@@ -82,7 +81,7 @@ int train(int argc, char** argv) {
                  "The online alarm's thresholds: default, or slow-trigger (also warns when a growing head's repeated maxima rise "
                  "slowly)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(lpdiag::alarm::kAlarmPresets), std::end(lpdiag::alarm::kAlarmPresets))));
+      ->check(CLI::IsMember(lpdiag::alarm::alarm_preset_names()));
   bool alarm_switches = true;
   app.add_flag("!--no-alarm-switch", alarm_switches,
                "With --guard-at: the alarms are still raised and recorded but switch nothing, so --guard-at alone decides "

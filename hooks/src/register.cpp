@@ -2,7 +2,6 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -62,9 +61,7 @@ TORCH_LIBRARY(lpdiag, m) {
         &lpdiag::hooks::observe_stats);
   m.def("observe_stat_columns() -> str", [] { return std::string(lpdiag::hooks::kObservedStatColumns); });
   m.def("probe_families() -> str[]", &lpdiag::hooks::probe_families);
-  m.def("alarm_thresholds() -> str[]", [] {
-    return std::vector<std::string>(std::begin(lpdiag::alarm::kAlarmPresets), std::end(lpdiag::alarm::kAlarmPresets));
-  });
+  m.def("alarm_thresholds() -> str[]", &lpdiag::alarm::alarm_preset_names);
   m.def("probe_case(str family, bool causal, int seed=0) -> (Tensor, Tensor, Tensor, Tensor, str)", &lpdiag::hooks::probe_case);
   m.def("judge_outputs(Tensor q, Tensor k, Tensor v, Tensor dout, bool causal, Tensor[] outputs, str[] names, "
         "Tensor[] grads) -> str",

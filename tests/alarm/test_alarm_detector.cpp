@@ -193,6 +193,7 @@ TEST_CASE("the named thresholds: default is the frozen fit, slow-trigger the fir
   CHECK_FALSE(AlarmParams::preset("Default").has_value());
   CHECK_FALSE(AlarmParams::preset("").has_value());
   CHECK(alarm_preset_list() == "default, slow-trigger");
+  CHECK(alarm_preset_names() == std::vector<std::string>{"default", "slow-trigger"});
 }
 
 TEST_CASE("slow-trigger warns of a head whose repeated maxima rise 1.7x; the default thresholds do not", "[alarm]") {

@@ -1,6 +1,5 @@
 #include "alarm_thresholds_option.hpp"
 
-#include <iterator>
 #include <vector>
 
 #include "lpdiag/error.hpp"
@@ -12,7 +11,7 @@ void add_thresholds_option(CLI::App* sub, std::string& name) {
                   "The alarm's thresholds: default (the frozen fit), or slow-trigger (the first fit, which also warns when a "
                   "growing head's repeated maxima rise slowly; docs/reference/analyzers.md)")
       ->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(alarm::kAlarmPresets), std::end(alarm::kAlarmPresets))));
+      ->check(CLI::IsMember(alarm::alarm_preset_names()));
 }
 
 alarm::AlarmParams thresholds_params(const std::string& name) {

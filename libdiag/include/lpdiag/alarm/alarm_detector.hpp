@@ -56,6 +56,8 @@ struct AlarmParams {
 
 // The names AlarmParams::preset() knows, for help texts and error messages.
 inline constexpr const char* kAlarmPresets[] = {"default", "slow-trigger"};
+// {"default", "slow-trigger"}: for option checks and the Python op that lists them.
+std::vector<std::string> alarm_preset_names();
 // "default, slow-trigger"
 std::string alarm_preset_list();
 
