@@ -7,13 +7,14 @@
 #include "series_tools.hpp"
 
 namespace lpdiag::analysis {
-LinkResult analyze_updates(const BinnedTrace& t) {
+LinkResult analyze_updates(const BinnedTrace& t, std::int64_t only_layer) {
   LinkResult best;
   best.id = "C3";
   best.name = "aligned low-rank updates";
   const int K = t.bins;
   double best_effect = 0;
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    if (only_layer >= 0 && t.layers[l] != only_layer) continue;
     std::vector<double> sim(static_cast<std::size_t>(K), tools::nan()), conc(static_cast<std::size_t>(K), tools::nan());
     for (int b = 0; b < K; ++b) {
       const LayerBin& x = t.layer_at(l, b);
@@ -33,7 +34,9 @@ LinkResult analyze_updates(const BinnedTrace& t) {
     best.evidence = fmt::format("W_Q updates of layer {}: top-pair similarity {:.2f} -> {:.2f}, concentration {:.2f} -> {:.2f}",
                                 t.layers[l], rs.before, rs.after, rc.before, rc.after);
   }
-  if (!best.present)
+  if (!best.present && only_layer >= 0)
+    best.evidence = fmt::format("layer {}'s W_Q update concentration and similarity did not both step up and stay high", only_layer);
+  else if (!best.present)
     best.evidence = t.has_updates ? "no layer whose W_Q update concentration and similarity both stepped up and stayed high"
                                   : "the trace holds no update statistics for attn_q matrices";
   return best;

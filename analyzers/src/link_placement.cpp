@@ -81,6 +81,18 @@ void place_links(const BinnedTrace& t, double bias_z, int tol, std::array<LinkRe
   // threshold as the full search.
   relocate(1, 0, "trigger", "delta-error bias", [&](std::int64_t l, std::int64_t h) { return analyze_bias(t, bias_z, l, h); });
   ask_growing_head(t, bias_z, tol, links);
+  // C3 is read on a layer's whole W_Q update, and the strongest step up may come in another layer
+  // than the growth (a second layer whose updates aligned as well, or aligned at the failure
+  // itself): the chain ends in the growing head's layer, so C3 is asked there too, by the same
+  // rule; found there, it is the chain's.
+  const LinkResult &u = links[2], &g = links[3];
+  if (u.present && g.present && u.layer_index != g.layer_index) {
+    LinkResult there = analyze_updates(t, g.layer_index);
+    if (there.present) {
+      there.evidence += fmt::format(" (at the growth's layer; the strongest step up is in layer {})", u.layer_index);
+      links[2] = std::move(there);
+    }
+  }
 }
 
 }  // namespace lpdiag::analysis

@@ -1,7 +1,8 @@
 // Where the chain's links are read: the head whose W_Q grew. The strongest trigger and the
 // strongest bias of a run may sit in other heads than the growth (a run can have several heads
-// with repeated maxima and a biased delta error), and which one is strongest decides nothing:
-// those links are asked again at the growing head, and found there, they are the chain's.
+// with repeated maxima and a biased delta error), and the strongest aligned update in another
+// layer; which one is strongest decides nothing: those links are asked again at the growing head
+// (C3 at its layer), and found there, they are the chain's.
 #pragma once
 #include <array>
 #include <vector>
@@ -21,9 +22,9 @@ struct TriggerLevel {
 };
 TriggerLevel trigger_level(const std::vector<double>& series, int onset, int tol);
 
-// Moves C1 (links[0]) and C2 (links[1]) to the growing head (links[3]) where they are found
-// there, each with evidence naming where the strongest is; `tol` is the chain's onset slack in
-// bins, `bias_z` C2's threshold.
+// Moves C1 (links[0]) and C2 (links[1]) to the growing head (links[3]), and C3 (links[2]) to its
+// layer, where they are found there, each with evidence naming where the strongest is; `tol` is
+// the chain's onset slack in bins, `bias_z` C2's threshold.
 void place_links(const BinnedTrace& t, double bias_z, int tol, std::array<LinkResult, 5>& links);
 
 }  // namespace lpdiag::analysis

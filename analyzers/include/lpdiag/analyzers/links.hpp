@@ -33,7 +33,9 @@ LinkResult analyze_trigger(const BinnedTrace& t, std::int64_t only_layer = -1, s
 // search (the chain asks at the trigger's head when the strongest bias is elsewhere).
 LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0, std::int64_t only_layer = -1, std::int64_t only_head = -1);
 // C3: W_Q update concentration and top-direction similarity rise and stay high.
-LinkResult analyze_updates(const BinnedTrace& t);
+// `only_layer` >= 0: that layer alone (the chain asks at the growth's layer when the strongest
+// step up is in another layer).
+LinkResult analyze_updates(const BinnedTrace& t, std::int64_t only_layer = -1);
 // C4: sustained growth of sigma_1 of a W_Q head slice, with its change point.
 LinkResult analyze_growth(const BinnedTrace& t);
 // log sigma_1 of one W_Q head slice (whole W_Q without head slices) minus the median over all
