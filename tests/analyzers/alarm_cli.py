@@ -57,6 +57,16 @@ rc, out, _ = alarm(guarded, "--json")
 j = json.loads(out)
 check(rc == 1 and j["alarm"]["step"] <= 4060 and (j["alarm"]["layer_index"], j["alarm"]["head"]) == (1, 0),
       f"guarded: the replay warns of the live alarm's head no later: {j['alarm']}")
+# The replay names the live guard's switches (from the trace's events): from a switch on, the
+# trace records that layer under the guard's numerics, so a replay with other thresholds sees it
+# only up to there. The trace predates the record of the live thresholds: null.
+check([(g["step"], g["layer_index"]) for g in j["guard_switches"]] == [(4060, 1)] and j["live_thresholds"] is None,
+      f"guarded: the replay lists the live switch: {j['guard_switches']} {j['live_thresholds']}")
+lines = alarm(guarded, "--thresholds", "slow-trigger")[1].splitlines()
+check(any(x.startswith("note: the run was guarded live, switching layer 1 at step 4060") and "only up to step 4060" in x for x in lines),
+      f"guarded: the text says how far a replay sees: {lines[-1:]}")
+check(any(x.startswith("next: the live guard switched layer 1 at step 4060") for x in lines) and
+      not any(x.startswith("next: guard the layer") for x in lines), f"guarded: no advice to guard a layer already guarded: {lines}")
 
 # Seed 7, both made after the first freeze on one H200 with one build, one call after the other. Without
 # the guard the loss exploded from step 4336, and the live alarm had named layer 1 (head 3) at
@@ -73,6 +83,8 @@ rc, out, _ = alarm(unguarded7, "--json")
 j = json.loads(out)
 check(rc == 1 and j["alarm"]["layer_index"] == 1 and j["alarm"]["step"] <= 4336 - 300,
       f"seed 7 unguarded: the replay warns in layer 1 >= 300 steps before 4336: {j['alarm']}")
+check(j["guard_switches"] == [], f"seed 7 unguarded: no live switch to list: {j['guard_switches']}")
+check(not any("guarded live" in x for x in alarm(unguarded7)[1].splitlines()), "seed 7 unguarded: no guard note")
 j = json.loads(subprocess.run([cli, "analyze", f"{fx}/seed/gpt2-seedmma-none-1e-3-5k-s7-guarded.h5", "--json"], capture_output=True,
                               text=True).stdout)
 check([(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]] == [(2890, 1, True)] and j["run"]["failure"] is None,

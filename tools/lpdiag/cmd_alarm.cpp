@@ -18,6 +18,7 @@
 #include "lpdiag/error.hpp"
 #include "lpdiag/trace/preflight.hpp"
 #include "alarm_thresholds_option.hpp"
+#include "run_analysis.hpp"
 
 namespace lpdiag::cli {
 namespace {
@@ -97,16 +98,55 @@ std::string blind_spot(const alarm::TraceFeeder& f) {
          "; only a logit collapse, a loss explosion or a non-finite value can raise an alarm, as it happens";
 }
 
+// The live guard's switches, as the trace recorded them, and the thresholds of the live alarm that
+// raised them (nullopt where the trace predates that record).
+struct LiveGuard {
+  std::vector<TraceEvent> switches;
+  std::optional<std::string> thresholds;
+  const TraceEvent* switch_of(std::int64_t layer_index) const {
+    for (const auto& e : switches)
+      if (e.layer_index == layer_index) return &e;
+    return nullptr;
+  }
+};
+
+LiveGuard live_guard(const TraceReader& r) {
+  LiveGuard g;
+  for (const auto& e : r.events())
+    if (e.kind == "guard_switch") g.switches.push_back(e);
+  std::sort(g.switches.begin(), g.switches.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.step < b.step; });
+  g.thresholds = live_alarm_thresholds(r.meta().run_config);
+  return g;
+}
+
+// A guarded trace records each switched layer under the guard's numerics from its switch on
+// (under fp32 attention, with no counters at all), not as the unguarded run would have gone on:
+// a replay can show what other thresholds would have raised only up to the first switch.
+std::string guard_note(const LiveGuard& g) {
+  if (g.switches.empty()) return "";
+  std::string list;
+  for (const auto& e : g.switches)
+    list += fmt::format("{}layer {} at step {}", list.empty() ? "" : ", ", e.layer_index, e.step);
+  return fmt::format("the run was guarded live{}, switching {}. From its switch on, a layer is recorded under the guard's numerics (under "
+                     "fp32 attention, with no counters), so a replay says what other thresholds would have raised only up to "
+                     "step {}",
+                     g.thresholds ? " (alarm thresholds: " + *g.thresholds + ")" : "", list, g.switches.front().step);
+}
+
 // What an alarm of this kind means and what to do, for the text output: the growth alarm sees
 // the mechanism's precursor, which in the measured runs also came in runs whose loss did not
-// explode (docs/results/alarm.md), so it says so, and that the guard costs speed, not learning.
-std::string meaning(const alarm::Alarm& a) {
+// explode (docs/results/alarm.md), so it says so, and that the guard costs speed, not learning
+// (or, where the live guard already switched the layer, when).
+std::string meaning(const alarm::Alarm& a, const LiveGuard& g) {
+  const TraceEvent* sw = a.layer_index >= 0 ? g.switch_of(a.layer_index) : nullptr;
   if (a.kind == "growth")
     return "what it means: the precursor of the failure lpdiag explains, in this head; a warning, not a verdict: in the "
            "measured runs it came before most late loss explosions, and also in about half the runs whose loss did not "
-           "explode (docs/results/alarm.md)\n"
-           "next: guard the layer (Monitor(..., guard=\"fp32\"), gpt2_train --guard fp32: the switched layer costs speed, "
-           "not learning), or keep watching; when the run ends, `lpdiag analyze` on its trace";
+           "explode (docs/results/alarm.md)\n" +
+           (sw ? fmt::format("next: the live guard switched layer {} at step {}; `lpdiag analyze` on the trace says how the run went on",
+                             sw->layer_index, sw->step)
+               : std::string("next: guard the layer (Monitor(..., guard=\"fp32\"), gpt2_train --guard fp32: the switched layer costs "
+                             "speed, not learning), or keep watching; when the run ends, `lpdiag analyze` on its trace"));
   if (a.kind == "logit_collapse")
     return "what it means: the layer's attention logits reached one-hot levels (entropy collapse); in the measured runs "
            "some learned through it and some failed (docs/results/alarm.md)\n"
@@ -133,6 +173,7 @@ int run_alarm(const AlarmArgs& a) {
   }
   const auto& alarms = det.alarms();
   const std::string blind = blind_spot(feeder);
+  const LiveGuard guard = live_guard(reader);
   if (a.json) {
     nlohmann::json j = {{"trace", a.path},
                         {"records", reader.records()},
@@ -140,8 +181,11 @@ int run_alarm(const AlarmArgs& a) {
                         {"alarm", alarms.empty() ? nlohmann::json(nullptr) : alarm_json(alarms.front())},
                         {"alarms", nlohmann::json::array()},
                         {"sees", {{"attention_counters", feeder.has_counters()}, {"head_sigma", feeder.has_head_sigma()}}},
-                        {"blind_spot", blind.empty() ? nlohmann::json(nullptr) : nlohmann::json(blind)}};
+                        {"blind_spot", blind.empty() ? nlohmann::json(nullptr) : nlohmann::json(blind)},
+                        {"guard_switches", nlohmann::json::array()},
+                        {"live_thresholds", guard.thresholds ? nlohmann::json(*guard.thresholds) : nlohmann::json(nullptr)}};
     for (const auto& x : alarms) j["alarms"].push_back(alarm_json(x));
+    for (const auto& e : guard.switches) j["guard_switches"].push_back({{"step", e.step}, {"layer_index", e.layer_index}, {"message", e.message}});
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << fmt::format("{} ({} records{})\n", a.path, reader.records(),
@@ -156,9 +200,10 @@ int run_alarm(const AlarmArgs& a) {
       std::cout << "  " << f.evidence << "\n";
       for (std::size_t i = 1; i < alarms.size(); ++i)
         std::cout << fmt::format("then step {}: {}: {}\n", alarms[i].step, alarms[i].kind, alarms[i].evidence);
-      std::cout << meaning(f) << "\n";
+      std::cout << meaning(f, guard) << "\n";
     }
     if (!blind.empty()) std::cout << "note: " << blind << "\n";
+    if (const std::string g = guard_note(guard); !g.empty()) std::cout << "note: " << g << "\n";
   }
   return alarms.empty() ? kOk : kFinding;
 }
@@ -174,7 +219,8 @@ Registration register_alarm(CLI::App& app) {
   sub->add_option("trace", args->path, "Trace file")->required();
   sub->add_flag("--json", args->json,
                 "One JSON object: {\"alarm\": null | {step, kind, layer_index, head, evidence}, \"alarms\": [...], \"sees\": ..., "
-                "\"blind_spot\": ..., \"thresholds\": ...}");
+                "\"blind_spot\": ..., \"thresholds\": ..., \"guard_switches\": [{step, layer_index, message}] (the live guard's, from "
+                "the trace), \"live_thresholds\": the live alarm's thresholds or null}");
   sub->add_option("--readings", args->readings,
                   "Also write FILE.csv: what the detector read after each record (the loss's running median over its best, the "
                   "median head's growth, and per layer the head that outgrew it most: its excess growth and repeated-maximum "

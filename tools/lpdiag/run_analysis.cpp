@@ -91,8 +91,10 @@ AnalyzedRun analyze_run(const std::vector<std::string>& paths, int bins, double 
   return r;
 }
 
-std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run) {
-  const auto j = nlohmann::json::parse(run.run_config, nullptr, false);
+std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run) { return live_alarm_thresholds(run.run_config); }
+
+std::optional<std::string> live_alarm_thresholds(const std::string& run_config) {
+  const auto j = nlohmann::json::parse(run_config, nullptr, false);
   if (!j.is_object() || !j.contains("alarm") || !j["alarm"].is_string()) return std::nullopt;
   return j["alarm"].get<std::string>();
 }

@@ -28,6 +28,7 @@ struct AnalyzedRun {
 // The live alarm's thresholds as the Monitor recorded them in run_config ("alarm": "default",
 // "slow-trigger", "off"); nullopt for a trace written before they were recorded.
 std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run);
+std::optional<std::string> live_alarm_thresholds(const std::string& run_config);
 // One line per alarm and guard event, for analyze and the report; first, when the live alarm ran
 // with other thresholds than the default ones, which.
 std::vector<std::string> alarm_lines(const AnalyzedRun& run);
