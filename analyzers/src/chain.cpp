@@ -28,10 +28,38 @@ std::vector<double> ranks(const std::vector<double>& v) {
   return r;
 }
 
+// Autocorrelation of v at lag k, about v's mean.
+double autocorrelation(const std::vector<double>& v, std::size_t k) {
+  const std::size_t n = v.size();
+  if (k >= n) return 0;
+  double m = 0;
+  for (double x : v) m += x;
+  m /= double(n);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) den += (v[i] - m) * (v[i] - m);
+  for (std::size_t i = 0; i + k < n; ++i) num += (v[i] - m) * (v[i + k] - m);
+  return den > 0 ? num / den : 0;
+}
+
+// How many independent pairs n pairs of two autocorrelated series are worth, for the variance of
+// their correlation: 1/n_eff = 1/n + (2/n) sum over k = 1..n/5 of rho_a(k) rho_c(k) (Bartlett's
+// approximation, truncated at n/5 as Pyper and Peterman do), at most n. Two series that each
+// wander slowly correlate by chance far more often than n independent pairs would: the growth
+// rate of an undriven head and a wandering bias, each an AR(1) process, gave a chain at p < 0.01
+// in 3 of 6 undriven traces of one independent-generator seed.
+double effective_pairs(const std::vector<double>& a, const std::vector<double>& c) {
+  const std::size_t n = a.size();
+  double s = 0;
+  for (std::size_t k = 1; k <= n / 5; ++k) s += autocorrelation(a, k) * autocorrelation(c, k);
+  const double inv = (1.0 + 2.0 * s) / double(n);
+  return inv > 1.0 / double(n) ? 1.0 / inv : double(n);
+}
+
 // Spearman (rank) correlation of x[b] with y[b + lag] over b >= begin, the best lag in
-// [0, max_lag], one-sided p from Fisher's transform with the rank correlation's variance 1.06 / (n - 3),
-// Bonferroni over the lags tried. Ranks, because both series are
-// heavy-tailed: one outlying bin must not make or break the correlation.
+// [0, max_lag], one-sided p from Fisher's transform with the rank correlation's variance
+// 1.06 / (n_eff - 3), n_eff the pairs' effective number (effective_pairs, on the ranks),
+// Bonferroni over the lags tried. Ranks, because both series are heavy-tailed: one outlying bin
+// must not make or break the correlation.
 LagCorrelation lagged_correlation(const std::vector<double>& x, const std::vector<double>& y, int max_lag, int begin = 0) {
   LagCorrelation best;
   for (int lag = 0; lag <= max_lag; ++lag) {
@@ -46,11 +74,12 @@ LagCorrelation lagged_correlation(const std::vector<double>& x, const std::vecto
     const double cov = sxy - sx * sy / n, vx = sxx - sx * sx / n, vy = syy - sy * sy / n;
     if (vx <= 0 || vy <= 0) continue;
     const double r = cov / std::sqrt(vx * vy);
-    const double z = std::atanh(std::min(0.999999, std::max(-0.999999, r))) * std::sqrt(double(n - 3) / 1.06);
+    const double n_eff = effective_pairs(ra, rc);
+    const double z = std::atanh(std::min(0.999999, std::max(-0.999999, r))) * std::sqrt(std::max(0.0, n_eff - 3) / 1.06);
     // One-sided: the hypothesis is directional (a larger bias, faster growth), and only r > 0
     // is ever accepted.
     const double p = z <= 0 ? 1.0 : std::min(1.0, 0.5 * std::erfc(z / std::sqrt(2.0)) * (max_lag + 1));
-    if (!best.computed || r > best.r) best = {true, lag, r, p, n};
+    if (!best.computed || r > best.r) best = {true, lag, r, p, n, n_eff};
   }
   return best;
 }
@@ -121,13 +150,7 @@ BinnedTrace before_nonfinite(const BinnedTrace& t) {
 }
 
 // The correlation's strength as Fisher's z over its bins: what the power estimate predicts.
-double fisher_z(const LagCorrelation& c) { return std::atanh(std::clamp(c.r, -0.999, 0.999)) * std::sqrt(std::max(0, c.n - 3)); }
-
-// How a test that did not reach p 0.01 reads: a positive correlation at p < 0.05 is weak evidence,
-// not none, and is said so rather than "does not".
-const char* weak_or_none(const LagCorrelation& c, const char* weak, const char* none) {
-  return c.computed && c.r > 0 && c.p < 0.05 ? weak : none;
-}
+double fisher_z(const LagCorrelation& c) { return std::atanh(std::clamp(c.r, -0.999, 0.999)) * std::sqrt(std::max(0.0, c.n_eff - 3)); }
 
 // The earliest bin a link's onset can lie in. An onset is dated to the first recorded bin that
 // shows it; where its series is recorded sparsely (the delta error of `full` records every N
@@ -383,6 +406,10 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
   // scatter) and found nothing rejects the chain. Only a test without the power falls back to
   // timing.
   c.correlation = lagged_correlation(xd, yd, max_lag, c4.onset_bin);
+  // The test's z counts the pairs' effective number (autocorrelated series are worth fewer), and
+  // so does the z a driven growth is expected to show.
+  if (c.correlation.computed && c.correlation.n > 3)
+    expected_z *= std::sqrt(std::max(0.0, c.correlation.n_eff - 3) / (c.correlation.n - 3));
   const bool covaries = c.correlation.computed && c.correlation.r > 0 && c.correlation.p < 1e-2;
   const bool powered = expected_z >= 4;
   c.driving = covaries || powered ? "covariation" : "timing";
@@ -419,11 +446,23 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                      deciding_run("with `full` instrumentation on more records (--full-every), or with fp32 attention (gpt2_train "
                                   "--attention sdpa-fp32)"));
   }
+  // A powered test that finds a positive correlation short of the claim (p < 0.05, not < 0.01) is
+  // weak evidence for the chain, none against it: a candidate. With the pairs' effective number
+  // counted, a driven gen2 chain at p 0.011 would otherwise have been rejected.
+  const bool weak = c.correlation.computed && c.correlation.r > 0 && c.correlation.p < 0.05;
+  if (!covaries && powered && weak) {
+    c.driving = "timing";  // a candidate rests on the links' order; the co-variation is inconclusive
+    return candidate(fmt::format("and the growth rate rises and falls with the bias, but only weakly (lagged rank correlation of the "
+                                 "detrended series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}; a claim needs "
+                                 "p < 0.01): weak evidence for the chain, none against it",
+                                 c.correlation.r, c.correlation.p, fisher_z(c.correlation), expected_z),
+                     decide);
+  }
   if (!covaries && powered)
     return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate {} (lagged rank correlation of the detrended "
                                 "series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}): the growth is not "
                                 "shown to be driven by the bias",
-                                weak_or_none(c.correlation, "varies with it only weakly", "does not vary with it"), c.correlation.r,
+                                "does not vary with it", c.correlation.r,
                                 c.correlation.p, fisher_z(c.correlation), expected_z));
   if (!covaries) {
     std::vector<double> xz(dz.size());

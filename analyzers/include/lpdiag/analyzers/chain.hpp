@@ -17,6 +17,9 @@ struct LagCorrelation {
   int lag_bins = 0;
   double r = 0, p = 1;  // one-sided p (r > 0), Bonferroni-corrected over the lags tried
   int n = 0;
+  // The number of independent pairs the n autocorrelated ones are worth (at most n): p is
+  // computed with it.
+  double n_eff = 0;
 };
 
 struct ChainResult {
