@@ -459,11 +459,10 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                      decide);
   }
   if (!covaries && powered)
-    return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate {} (lagged rank correlation of the detrended "
-                                "series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}): the growth is not "
-                                "shown to be driven by the bias",
-                                "does not vary with it", c.correlation.r,
-                                c.correlation.p, fisher_z(c.correlation), expected_z));
+    return no_chain(fmt::format("the bias varies while W_Q grows, but the growth rate does not vary with it (lagged rank correlation "
+                                "of the detrended series {:.2f}, p {:.2g}, z {:.1f}, where a driven growth would show z {:.1f}): the "
+                                "growth is not shown to be driven by the bias",
+                                c.correlation.r, c.correlation.p, fisher_z(c.correlation), expected_z));
   if (!covaries) {
     std::vector<double> xz(dz.size());
     for (std::size_t b = 0; b < dz.size(); ++b) xz[b] = sign * dz[b];
