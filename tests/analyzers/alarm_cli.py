@@ -57,6 +57,10 @@ rc, out, _ = alarm(guarded, "--json")
 j = json.loads(out)
 check(rc == 1 and j["alarm"]["step"] <= 4060 and (j["alarm"]["layer_index"], j["alarm"]["head"]) == (1, 0),
       f"guarded: the replay warns of the live alarm's head no later: {j['alarm']}")
+# watch prints the live guard's switch as the trace recorded it.
+p = subprocess.run([cli, "watch", guarded, "--idle-exit", "1"], capture_output=True, text=True, timeout=120)
+check(any(x.startswith("[") and "GUARD at step 4060 (layer 1): " in x for x in p.stdout.splitlines()),
+      f"watch prints the live guard's switch: {[x for x in p.stdout.splitlines() if 'GUARD' in x]}")
 # The replay names the live guard's switches (from the trace's events): from a switch on, the
 # trace records that layer under the guard's numerics, so a replay with other thresholds sees it
 # only up to there. The trace predates the record of the live thresholds: null.

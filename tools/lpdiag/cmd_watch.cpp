@@ -64,6 +64,7 @@ int run_watch(const WatchArgs& a) {
   alarm::AlarmDetector detector(thresholds_params(a.thresholds));
   std::int64_t fed = 0;
   std::int64_t last_records = -1;
+  std::size_t guard_events = 0;  // the live guard's events printed so far (the Monitor's, in the trace)
   auto last_growth = Clock::now();
   std::cout << "watching " << a.path << " (Ctrl-C to stop)" << std::endl;
   std::vector<std::string> summary;  // the latest analysis's verdict, as `lpdiag analyze` prints it
@@ -86,6 +87,18 @@ int run_watch(const WatchArgs& a) {
           std::cout << fmt::format("[{} records] ALARM at step {}: {}: {}", last_records, al.step, al.kind, al.evidence) << std::endl;
         }
         fed = feeder.fed();
+        // What the live guard did, as the Monitor recorded it: from a switch on, that layer runs the
+        // guard's numerics (under fp32 attention, with no counters), so this watch's own alarm sees
+        // it only up to there.
+        std::size_t k = 0;
+        for (const auto& e : r.events()) {
+          if (e.kind != "guard_switch" && e.kind != "guard_failed") continue;
+          if (k++ < guard_events) continue;
+          std::cout << fmt::format("[{} records] {} at step {} (layer {}): {}", last_records,
+                                   e.kind == "guard_switch" ? "GUARD" : "GUARD FAILED", e.step, e.layer_index, e.message)
+                    << std::endl;
+        }
+        guard_events = k;
         if (last_records > 0) {
           // The same analysis as `lpdiag analyze` (the recorded numerics accounted for), so the
           // two never disagree on one trace.
