@@ -78,8 +78,8 @@ int train(int argc, char** argv) {
                  "STEP:LAYER switches LAYER to the --guard numerics after STEP without an alarm (what a false alarm costs)");
   std::string alarm_thresholds = "default";
   app.add_option("--alarm-thresholds", alarm_thresholds,
-                 "The online alarm's thresholds: default, or slow-trigger (also warns when a growing head's repeated maxima rise "
-                 "slowly)")
+                 "The online alarm's thresholds: default, slow-trigger (also warns when a growing head's repeated maxima rise "
+                 "slowly), or odds-trigger (also warns when they were already common)")
       ->capture_default_str()
       ->check(CLI::IsMember(lpdiag::alarm::alarm_preset_names()));
   bool alarm_switches = true;

@@ -68,7 +68,7 @@ class Monitor:
     observe_heads (lists: a subset; None: all), observe_rows (query rows per head an observed
     call looks at, the leading batch elements that hold them; default 1024; 0: all).
     The online alarm (docs/reference/analyzers.md) runs on every record: alarm (True; False: off;
-    "default" or "slow-trigger": which thresholds, docs/reference/analyzers.md), on_alarm (a
+    "default", "slow-trigger" or "odds-trigger": which thresholds, docs/reference/analyzers.md), on_alarm (a
     callable given each alarm as a dict {step, kind, layer_index, head, evidence, guarded}, called
     from record(); what it raises is printed and training goes on), guard ("fp32", "sr", "paper"
     or None: from an alarm naming a layer on, that layer's attention runs under those numerics;
@@ -82,7 +82,8 @@ class Monitor:
         load()
         self._guard = check_guard(guard)
         # The alarm's named thresholds (AlarmParams::preset): "default", the frozen fit, and
-        # "slow-trigger", which also warns when a growing head's repeated maxima rise slowly.
+        # "slow-trigger", which also warns when a growing head's repeated maxima rise slowly, and
+        # "odds-trigger", which also warns when they were already common.
         names = list(torch.ops.lpdiag.alarm_thresholds())
         if isinstance(alarm, str) and alarm not in names:
             raise ValueError(f"lpdiag.Monitor: alarm must be True, False or the name of its thresholds "

@@ -2,6 +2,7 @@
 // what it excludes, each kind once per layer, and never by looking ahead (a prefix raises the same alarms).
 #include "../catch_compat.hpp"
 #include <cmath>
+#include <string>
 
 #include "lpdiag/alarm/alarm_detector.hpp"
 
@@ -179,7 +180,7 @@ TEST_CASE("the readings are the quantities the rules compare, after the latest r
   CHECK(e.alarms()[0].kind == "loss_explosion");
 }
 
-TEST_CASE("the named thresholds: default is the frozen fit, slow-trigger the first fit, nothing else", "[alarm]") {
+TEST_CASE("the named thresholds: default is the frozen fit, slow-trigger the first fit, odds-trigger the fit in odds, nothing else", "[alarm]") {
   const auto d = AlarmParams::preset("default");
   REQUIRE(d.has_value());
   CHECK(d->excess_growth == AlarmParams::frozen().excess_growth);
@@ -190,10 +191,18 @@ TEST_CASE("the named thresholds: default is the frozen fit, slow-trigger the fir
   CHECK(s->excess_growth == 0.35);
   CHECK(s->trigger_ratio == 1.5);
   CHECK(s->settled_growth == 0.1);
+  CHECK_FALSE(d->trigger_odds);
+  CHECK_FALSE(s->trigger_odds);
+  const auto o = AlarmParams::preset("odds-trigger");
+  REQUIRE(o.has_value());
+  CHECK(o->trigger_odds);
+  CHECK(o->excess_growth == AlarmParams::frozen().excess_growth);
+  CHECK(o->trigger_ratio == AlarmParams::frozen().trigger_ratio);
+  CHECK(o->settled_growth == AlarmParams::frozen().settled_growth);
   CHECK_FALSE(AlarmParams::preset("Default").has_value());
   CHECK_FALSE(AlarmParams::preset("").has_value());
-  CHECK(alarm_preset_list() == "default, slow-trigger");
-  CHECK(alarm_preset_names() == std::vector<std::string>{"default", "slow-trigger"});
+  CHECK(alarm_preset_list() == "default, slow-trigger, odds-trigger");
+  CHECK(alarm_preset_names() == std::vector<std::string>{"default", "slow-trigger", "odds-trigger"});
 }
 
 TEST_CASE("slow-trigger warns of a head whose repeated maxima rise 1.7x; the default thresholds do not", "[alarm]") {
@@ -211,4 +220,60 @@ TEST_CASE("slow-trigger warns of a head whose repeated maxima rise 1.7x; the def
   CHECK(slow.alarms()[0].kind == "growth");
   CHECK(slow.alarms()[0].layer_index == 1);
   CHECK(slow.alarms()[0].head == 2);
+}
+
+namespace {
+
+// run(0.5, ...) with every head's repeated maxima at `base` of rows and layer 1 head 2's at `trig`
+// from step 1000 on.
+std::vector<AlarmRecord> run_from(double base, double trig) {
+  auto rs = run(0.5, trig);
+  for (auto& r : rs)
+    for (auto& x : r.samples)
+      if (x.repeated == 20) x.repeated = 1000 * base;
+  return rs;
+}
+
+std::vector<Alarm> feed_with(const char* preset, const std::vector<AlarmRecord>& rs) {
+  AlarmDetector d(*AlarmParams::preset(preset));
+  for (const auto& r : rs) d.feed(r);
+  return d.alarms();
+}
+
+}  // namespace
+
+TEST_CASE("odds-trigger warns of a head already at 40% repeated-maximum rows whose odds double; the default does not", "[alarm]") {
+  // 40% -> 60% of rows: the rate rises 1.5x (under the ratio of 2), its odds 0.67 -> 1.5 (2.25x).
+  const auto rs = run_from(0.4, 0.6);
+  CHECK(feed_with("default", rs).empty());
+  const auto a = feed_with("odds-trigger", rs);
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].kind == "growth");
+  CHECK(a[0].layer_index == 1);
+  CHECK(a[0].head == 2);
+  // The evidence gives the odds' rise over the two windows (a mix of 40% and 60% in the recent
+  // one when the alarm comes): at least the 2x the rule asks, at most the 2.25x planted.
+  const auto at = a[0].evidence.find("(their odds ");
+  REQUIRE(at != std::string::npos);
+  const double odds = std::stod(a[0].evidence.substr(at + 12));
+  CHECK(odds >= 2.0);
+  CHECK(odds <= 2.25);
+}
+
+TEST_CASE("odds-trigger stays silent where the odds rise less than 2x, and agrees with the default at low rates", "[alarm]") {
+  // 40% -> 55%: odds 0.67 -> 1.22 (1.83x): no alarm with either.
+  const auto high = run_from(0.4, 0.55);
+  CHECK(feed_with("default", high).empty());
+  CHECK(feed_with("odds-trigger", high).empty());
+  // 2% -> 10% (the first growth case): both raise the same alarm; 10% -> 17% (1.7x, odds 1.84x):
+  // neither does.
+  const auto low = run(0.5, 0.1);
+  const auto d = feed_with("default", low), o = feed_with("odds-trigger", low);
+  REQUIRE(d.size() == 1);
+  REQUIRE(o.size() == 1);
+  CHECK(o[0].step == d[0].step);
+  CHECK(o[0].head == d[0].head);
+  const auto slow = run_from(0.1, 0.17);
+  CHECK(feed_with("default", slow).empty());
+  CHECK(feed_with("odds-trigger", slow).empty());
 }

@@ -143,9 +143,10 @@ with tempfile.TemporaryDirectory() as d:
 # --thresholds: the alarm's named thresholds. Seed 22 (made after the current thresholds were frozen;
 # its loss exploded from step 5672 in layer 2 head 9): with the default thresholds the first
 # alarm came after the onset (5740, layer 2 head 10); with slow-trigger, the first fit, at 3930 in
-# its failing head (docs/results/alarm.md: its repeated maxima rose 1.6x a window, not 2x).
+# its failing head (docs/results/alarm.md: its repeated maxima rose 1.6x a window, not 2x); with
+# odds-trigger, the default's thresholds with that rise measured in odds, at 3800 in that head.
 s22 = f"{fx}/seed/gpt2-seedmma-none-1e-3-6k-s22.h5"
-for name, want in (("default", (5740, 2, 10)), ("slow-trigger", (3930, 2, 9))):
+for name, want in (("default", (5740, 2, 10)), ("slow-trigger", (3930, 2, 9)), ("odds-trigger", (3800, 2, 9))):
     rc, out, _ = alarm(s22, "--json", "--thresholds", name)
     j = json.loads(out)
     a = j["alarm"] or {}
@@ -156,10 +157,13 @@ check(json.loads(out).get("thresholds") == "default", "without --thresholds: the
 rc, out, _ = alarm(s22, "--thresholds", "slow-trigger")
 check(out.splitlines()[0].endswith("(600 records, thresholds slow-trigger)"), f"text: the thresholds named: {out.splitlines()[:1]}")
 rc, out, err = alarm(s22, "--thresholds", "bogus")
-check(rc == 2 and "default" in err and "slow-trigger" in err and out == "", f"an unknown name: exit 2, the names listed ({rc}, {err.strip()})")
+check(rc == 2 and "default" in err and "slow-trigger" in err and "odds-trigger" in err and out == "", f"an unknown name: exit 2, the names listed ({rc}, {err.strip()})")
 p = subprocess.run([cli, "watch", s22, "--idle-exit", "1", "--thresholds", "slow-trigger"], capture_output=True, text=True, timeout=120)
 line = next((x for x in p.stdout.splitlines() if "ALARM at step" in x), "")
 check(p.returncode == 1 and "ALARM at step 3930: growth: layer 2 head 9" in line, f"watch --thresholds slow-trigger: {line!r}")
+rc, out, _ = alarm(s22, "--json", "--thresholds", "odds-trigger")
+ev = (json.loads(out)["alarm"] or {}).get("evidence", "")
+check("rose from 26.5% to 44.5% of rows (their odds 2.2x)" in ev, f"odds-trigger's evidence gives the rates and their odds' rise: {ev[:200]}")
 
 # Unusable input: exit 2 and one line naming the file.
 rc, out, err = alarm(f"{fx}/no-such.h5", "--json")

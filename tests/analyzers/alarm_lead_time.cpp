@@ -329,8 +329,8 @@ int main(int argc, char** argv) {
   if (changed) fmt::print("{} run(s) made after the freeze now alarm otherwise than recorded in the corpus\n", changed);
   if (argc > 3) std::ofstream(argv[3]) << out.dump(1) << "\n";
   if (other) {
-    fmt::print("\nthe runs made after the freeze, judged with {:.2f} / {:.2f} / {:.2f} (growth / ratio / settled) against the frozen thresholds:\n\n",
-               other->excess_growth, other->trigger_ratio, other->settled_growth);
+    fmt::print("\nthe runs made after the freeze, judged with {:.2f} / {:.2f} / {:.2f} (growth / {} / settled) against the frozen thresholds:\n\n",
+               other->excess_growth, other->trigger_ratio, other->settled_growth, other->trigger_odds ? "odds ratio" : "ratio");
     fmt::print("| run | class | onset | these thresholds | frozen thresholds |\n|---|---|---|---|---|\n");
     int miss_other = 0, miss_frozen = 0;
     for (const Run& r : runs) {

@@ -26,7 +26,7 @@ struct AnalyzedRun {
 // Preflights every file first (clear errors for unusable input).
 // `o_error`: also bin the O error sums (the report plots them).
 // The live alarm's thresholds as the Monitor recorded them in run_config ("alarm": "default",
-// "slow-trigger", "off"); nullopt for a trace written before they were recorded.
+// "slow-trigger", "odds-trigger", "off"); nullopt for a trace written before they were recorded.
 std::optional<std::string> live_alarm_thresholds(const AnalyzedRun& run);
 std::optional<std::string> live_alarm_thresholds(const std::string& run_config);
 // One line per alarm and guard event, for analyze and the report; first, when the live alarm ran

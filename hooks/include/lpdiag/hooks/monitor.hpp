@@ -98,7 +98,7 @@ class Monitor : public torch::CustomClassHolder {
   // CUDA, one record later: when its statistics have landed). Each alarm is a trace event
   // ("alarm"), one line on stderr, and a call of the on_alarm hook. On by default.
   void set_alarm(bool on);
-  // Which thresholds the alarm uses (alarm::AlarmParams::preset: "default", "slow-trigger"); turns
+  // Which thresholds the alarm uses (alarm::AlarmParams::preset: "default", "slow-trigger", "odds-trigger"); turns
   // the alarm on. Before the first record. The trace's run_config records the choice as "alarm"
   // ("default", a name, or "off"), when run_config is a JSON object without that key.
   void set_alarm_thresholds(const std::string& name);

@@ -30,12 +30,16 @@ struct AlarmParams {
   // growth: log sigma_1 of a head's W_Q slice over the last `window` steps, less the median
   // head's, at least `excess_growth`, while the median head grew at most `settled_growth`; the
   // head's repeated-maximum rate over the last window at least `trigger_ratio` times, and
-  // `trigger_rise` above, its rate over the window before.
+  // `trigger_rise` above, its rate over the window before. With `trigger_odds`, `trigger_ratio`
+  // compares the rates' odds (rows with a repeated maximum over rows without) instead: the same
+  // at low rates, and a head already at half its rows can still double its odds (50% to 67%)
+  // where it cannot double its rate.
   double window = 500;
   double settled_growth = 0.15;
   double excess_growth = 0.25;
   double trigger_ratio = 2.0;
   double trigger_rise = 0.02;
+  bool trigger_odds = false;
   // logit_collapse: a max logit >= collapse_level and >= collapse_ratio times the head's lowest
   // over the last collapse_window steps.
   double collapse_window = 100;
@@ -49,16 +53,17 @@ struct AlarmParams {
   static AlarmParams frozen();
   // The thresholds a user can choose by name (kAlarmPresets): "default" is frozen();
   // "slow-trigger" is the first frozen fit (excess growth 0.35, repeated-maximum ratio 1.5, settled
-  // growth 0.1), which also warns when a growing head's repeated maxima rise slowly. nullopt for
-  // any other name.
+  // growth 0.1), which also warns when a growing head's repeated maxima rise slowly;
+  // "odds-trigger" is frozen() with trigger_odds, which also warns when a growing head's repeated
+  // maxima were already common. nullopt for any other name.
   static std::optional<AlarmParams> preset(std::string_view name);
 };
 
 // The names AlarmParams::preset() knows, for help texts and error messages.
-inline constexpr const char* kAlarmPresets[] = {"default", "slow-trigger"};
-// {"default", "slow-trigger"}: for option checks and the Python op that lists them.
+inline constexpr const char* kAlarmPresets[] = {"default", "slow-trigger", "odds-trigger"};
+// {"default", "slow-trigger", "odds-trigger"}: for option checks and the Python op that lists them.
 std::vector<std::string> alarm_preset_names();
-// "default, slow-trigger"
+// "default, slow-trigger, odds-trigger"
 std::string alarm_preset_list();
 
 inline constexpr double kUnmeasured = std::numeric_limits<double>::quiet_NaN();
@@ -148,6 +153,9 @@ class AlarmDetector {
   // A head's repeated-maximum rate over the window ending at `step` and over the window before it
   // (NaN where the window holds no counters).
   std::pair<double, double> repeated_rates(std::int64_t layer, std::int64_t head, std::int64_t step);
+  // Whether a repeated-maximum rate rose by trigger_ratio from `before` to `recent` (as a rate, or
+  // as odds with trigger_odds).
+  bool rose(double recent, double before) const;
 
   AlarmParams p_;
   std::int64_t last_step_ = std::numeric_limits<std::int64_t>::min();
