@@ -79,6 +79,7 @@ grep -E "ALARM|^step +[0-9]*[05]00 |^steady|^trained|^alarms" "$OUT/$name.log" |
 $B/tools/lpdiag analyze "$OUT/$name.h5" >"$OUT/$name.analyze.txt" 2>&1; head -12 "$OUT/$name.analyze.txt"
 $B/tools/lpdiag alarm "$OUT/$name.h5" --json >"$OUT/$name.alarm.json" 2>&1
 $B/tools/lpdiag alarm "$OUT/$name.h5" --json --thresholds slow-trigger >"$OUT/$name.alarm-slow-trigger.json" 2>&1
+$B/tools/lpdiag alarm "$OUT/$name.h5" --json --thresholds odds-trigger >"$OUT/$name.alarm-odds-trigger.json" 2>&1
 ls -la "$OUT/$name.h5"
 split -b 15000000 -d "$OUT/$name.h5" "$OUT/$name.h5.part-" && rm "$OUT/$name.h5"
 rm -f "$OUT/build.log" "$OUT/configure.log"  # at most 8 files come back
