@@ -271,6 +271,16 @@ void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& 
   if (first != INT64_MAX) bt.first_nonfinite_step = first, bt.nonfinite_evidence = what;
 }
 
+void add_live_loss_alarm(const std::vector<TraceReader>& readers, BinnedTrace& bt) {
+  static const std::string prefix = "loss_explosion: ";
+  for (const auto& r : readers)
+    for (const TraceEvent& e : r.events()) {
+      if (e.kind != "alarm" || e.message.rfind(prefix, 0) != 0) continue;
+      if (bt.live_loss_alarm_step < 0 || e.step < bt.live_loss_alarm_step)
+        bt.live_loss_alarm_step = e.step, bt.live_loss_alarm = e.message.substr(prefix.size());
+    }
+}
+
 }  // namespace detail
 
 BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, const Progress& progress, int workers, bool o_error) {
@@ -291,6 +301,7 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
   for (const auto& r : readers) r.hint_sparse_reads();
   if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) {
     detail::add_nonfinite_events(readers, bt);
+    detail::add_live_loss_alarm(readers, bt);
     return bt;
   }
 
@@ -300,6 +311,7 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
     if (progress && bt.records > 0) progress(double(done) / double(bt.records));
   });
   detail::add_nonfinite_events(readers, bt);
+  detail::add_live_loss_alarm(readers, bt);
   return bt;
 }
 

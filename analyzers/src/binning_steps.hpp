@@ -32,6 +32,8 @@ void bin_ranges(const std::vector<TraceReader>& readers, const std::vector<RowRa
 void merge_bins(BinnedTrace& into, const BinnedTrace& part);
 // Counts the files' nan_inf events into their bins and sets the run's first non-finite step.
 void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& bt);
+// Sets the run's first live loss_explosion alarm from the files' alarm events.
+void add_live_loss_alarm(const std::vector<TraceReader>& readers, BinnedTrace& bt);
 
 // Bins every range in `workers` child processes (HDF5 is built without thread safety, so the
 // parallel readers are processes that inherit `readers`), then merges their results in worker

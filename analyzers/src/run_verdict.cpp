@@ -21,7 +21,8 @@
 //   a reference run on a plateau cannot show that other numerics saved a run.
 // - non_finite: the first infinite loss or nan_inf event.
 // - loss_explosion: the C5 spike, or a divergence (the loss_stall rule) that ends at twice the
-//   loss's best or more.
+//   loss's best or more, or, where the records show neither, the Monitor's live loss_explosion
+//   alarm recorded in the trace (its running median of every step's loss reached twice its best).
 #include "lpdiag/analyzers/run_verdict.hpp"
 
 #include <fmt/core.h>
@@ -332,6 +333,23 @@ RunVerdict judge_run(const BinnedTrace& t, const LinkResult& c5) {
   const auto finite = finite_loss(loss);
   if (loss_stall(t, finite, s)) v.signs.push_back(s);
   else if (loss_plateau(t, finite, s)) v.warnings.push_back(s);
+  const auto shown_by = [&](std::int64_t step) {
+    return std::any_of(v.signs.begin(), v.signs.end(), [&](const FailureSign& x) { return x.kind.rfind("loss_", 0) == 0 && x.onset_step <= step; });
+  };
+  if (t.live_loss_alarm_step >= 0 && !shown_by(t.live_loss_alarm_step)) {
+    // The live alarm read every step's loss; a trace that keeps one record in 20 can hold only a
+    // few of a short spike's steps, or date the failure later than it came (seed-mma/none at lr
+    // 1e-3, seed 22 guarded: 2x its best for ~70 steps, FAILED in its full trace, healthy in its
+    // copy that keeps every 20th record without this sign; seed 26 unguarded: an explosion from
+    // step 3,481 in its full trace, a stall from 5,340 in that copy, the live alarm at 3,690).
+    const double x = double(t.live_loss_alarm_step - t.first_step) / t.bin_width;
+    const int bin = std::min(t.bins - 1, static_cast<int>(std::max(0.0, x)));
+    const double spacing = t.records > 1 ? double(t.last_step - t.first_step) / double(t.records - 1) : 1.0;
+    v.signs.push_back({"loss_explosion", t.live_loss_alarm_step, bin,
+                       fmt::format("the Monitor's live alarm, which read every step's loss, recorded: {} (the onset is at or before that "
+                                   "step); the trace's records, one every {:.0f} steps, show no loss failure by then",
+                                   t.live_loss_alarm, spacing)});
+  }
   std::stable_sort(v.signs.begin(), v.signs.end(), [](const FailureSign& a, const FailureSign& b) { return a.onset_step < b.onset_step; });
   if (v.signs.empty()) {
     // The most pressing warning of a healthy run, so first (the headline names the first).

@@ -165,12 +165,15 @@ def check_gpt2_stall_on_sparse_records(lpdiag, d, check):
     one-record noise s.d. above the best; the stall rule compares the two medians by their own
     standard error (12 of them here), so the verdict is the full trace's. The healthy seeds packed
     the same way, whose loss kept falling, stay healthy: the rule may not read their noise as a
-    stall."""
+    stall. The run's live loss alarm (step 4,151) dates the failure, the records' stall coming
+    later (4,400) than the full trace's."""
     name = "gpt2-seedmma-none-1e-3-5k-s18"
     j = analyze(lpdiag, f"{d}/{name}.h5")
     run, chain = j["run"], j["chain"]
-    check(f"{name}: failed, loss_stall ({(run['failure'] or {}).get('kind')} from {(run['failure'] or {}).get('onset_step')})",
-          not run["healthy"] and run["failure"]["kind"] == "loss_stall" and 4000 <= run["failure"]["onset_step"] <= 4500)
+    stalls = [x["onset_step"] for x in run["signs"] if x["kind"] == "loss_stall"]
+    check(f"{name}: failed, the records read as a loss_stall ({stalls})", not run["healthy"] and len(stalls) == 1 and 4000 <= stalls[0] <= 4500)
+    check(f"{name}: dated by the live loss alarm ({(run['failure'] or {}).get('kind')} from {(run['failure'] or {}).get('onset_step')})",
+          run["failure"]["onset_step"] == 4151 and "live alarm" in run["failure"]["evidence"])
     check(f"{name}: an undecided candidate chain at layer 1 head 4 ({chain.get('layer_index')}, {chain.get('head')})",
           not chain["found"] and chain["undecided"] and (chain["layer_index"], chain["head"]) == (1, 4))
     for seed in (11, 12, 13, 14, 15, 16, 17, 19, 20):
@@ -213,6 +216,12 @@ def check_gpt2_guard_after_the_onset(lpdiag, d, check):
     j = analyze(lpdiag, f"{d}/{base}-guarded.h5")
     switches = [(g["step"], g["layer_index"], g["switched"]) for g in j["guard_switches"]]
     check(f"{base}-guarded: layer 2 switched at 5740, layer 1 at 5780 ({switches})", switches == [(5740, 2, True), (5780, 1, True)])
+    # Its records (every 20th step) hold too few of the spike's ~70 steps for the spike and stall
+    # rules; the live loss alarm it recorded, which read every step, makes the verdict.
+    failure = j["run"]["failure"] or {}
+    check(f"{base}-guarded: FAILED by its live loss alarm at 5730 ({failure.get('kind')} from {failure.get('onset_step')})",
+          not j["run"]["healthy"] and failure.get("kind") == "loss_explosion" and failure.get("onset_step") == 5730
+          and "live alarm" in failure.get("evidence", ""))
 
     def losses(name):
         with h5py.File(f"{d}/{name}.h5", "r") as f:
@@ -231,9 +240,9 @@ def check_gpt2_guard_after_the_onset(lpdiag, d, check):
           ratio_g <= 1.3 and ratio_u >= 2.0)
 
     # analyze on a failed run the guard switched after the onset names the switch and gives the loss
-    # after it against the loss before the onset. The packed guarded trace reads healthy (its spike
-    # drops out at every 20th record), so the unguarded one (every 10th: FAILED from 5,750) is given
-    # the guarded run's switch event at 5,760 in a copy. The means are checked against the records
+    # after it against the loss before the onset. The packed guarded trace's onset is its live
+    # alarm's step (its records miss the spike), so the unguarded one (every 10th: FAILED from
+    # 5,750 by its records) is given the guarded run's switch event at 5,760 in a copy. The means are checked against the records
     # to 2% (analyze reads 512 bins; a bin at a span's edge can take or leave one record).
     import shutil
     with tempfile.TemporaryDirectory() as tmp:

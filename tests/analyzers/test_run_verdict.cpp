@@ -18,12 +18,14 @@ using namespace lpdiag;
 
 namespace {
 // `loss(step)` for steps 10, 12, ..., a nan_inf event wherever the loss is not finite.
+// `events` are added as they are (the Monitor's live alarms).
 template <class Loss>
-std::string write_losses(const std::string& name, int records, Loss loss) {
+std::string write_losses(const std::string& name, int records, Loss loss, const std::vector<TraceEvent>& events = {}) {
   const std::string path = lpdiag_test::temp_path("verdict", name);
   TraceLayout L;
   L.scalars = {"loss", "lr", "grad_norm"};
   TraceWriter w(path, L);
+  for (const auto& e : events) w.add_event(e);
   for (int r = 0; r < records; ++r) {
     const std::int64_t step = 10 + 2 * r;
     TraceRecord rec = TraceRecord::unmeasured(L, step);
@@ -290,4 +292,36 @@ TEST_CASE("a loss that rises in the run's last steps is a warning, not silence",
     CHECK(q.run.healthy);
     CHECK(q.run.warnings.empty());
   }
+}
+
+TEST_CASE("a live loss_explosion alarm in the trace is a failure where the records miss the spike", "[analyzers][verdict]") {
+  // The records keep one step in 2 of a loss that decays smoothly: a spike between two records
+  // (as in a trace that keeps one record in 20) is not in them, but the Monitor read every step.
+  const unsigned seed = lpdiag_test::seed("test_run_verdict#live", 1307711u);
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.005);
+  auto loss = [&](std::int64_t s) { return 0.1 + 2.0 * std::exp(-double(s) / 300) + noise(rng); };
+  const TraceEvent live{1501, "alarm", -1, -1, NAN, "loss_explosion: the loss's running median reached 0.21 at step 1501, 2.1x its best (0.1)"};
+  const TraceEvent growth{1401, "alarm", 2, 9, NAN, "growth: layer 2 head 9: sigma_1 of its W_Q slice grew 1.7x"};
+
+  const auto c = analysis::reconstruct_chain(analysis::bin_traces({write_losses("live.h5", 1000, loss, {growth, live})}));
+  REQUIRE_FALSE(c.run.healthy);
+  CHECK(c.run.failure.kind == "loss_explosion");
+  CHECK(c.run.failure.onset_step == 1501);
+  CHECK(c.run.failure.evidence.find("live alarm") != std::string::npos);
+  CHECK(c.run.failure.evidence.find("2.1x its best") != std::string::npos);
+  CHECK(c.links[4].present);
+
+  // Another kind of alarm alone is no failure: the growth alarm is a warning of risk.
+  const auto g = analysis::reconstruct_chain(analysis::bin_traces({write_losses("growth.h5", 1000, loss, {growth})}));
+  CHECK(g.run.healthy);
+
+  // Where the records show the explosion themselves, their onset stands and the alarm adds no sign.
+  auto exploding = [&](std::int64_t s) { return loss(s) + (s >= 1400 ? 1.5 : 0.0); };
+  const auto e = analysis::reconstruct_chain(analysis::bin_traces({write_losses("shown.h5", 1000, exploding, {live})}));
+  REQUIRE_FALSE(e.run.healthy);
+  CHECK(e.run.failure.kind == "loss_explosion");
+  CHECK(e.run.failure.onset_step < 1501);
+  CHECK(e.run.failure.evidence.find("live alarm") == std::string::npos);
 }

@@ -52,6 +52,10 @@ struct BinnedTrace {
   std::int64_t rates_above_one = 0, negative_norms = 0, other_impossible = 0;  // O error sums binned too (the report's plot; no link reads them)
   std::int64_t first_nonfinite_step = -1;  // first non-finite loss or nan_inf event; -1: none
   std::string nonfinite_evidence;          // what the first one was
+  // The first loss_explosion alarm the Monitor raised live (an "alarm" event), which read every
+  // step's loss; -1: none. A trace that keeps one record in 20 can miss a spike the live alarm saw.
+  std::int64_t live_loss_alarm_step = -1;
+  std::string live_loss_alarm;  // its evidence, as recorded
 
   std::size_t layer_slot(std::int64_t layer_index) const;  // position in `layers`
   const HeadBin& at(std::size_t layer, std::int64_t head, int bin) const {
