@@ -45,6 +45,7 @@ through `lpdiag analyze` and `lpdiag check`, with the verdicts the runs showed:
    ended at 1.96, 24% lower: against its paper-fix twin seed/none is undecided (null: the fix
    lessened the failure without preventing it), no longer "fails alike".
    seed_runs.py LPDIAG_BINARY FIXTURE_DIR"""
+import importlib.util
 import os
 import re
 import subprocess
@@ -411,8 +412,15 @@ def main():
     check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check)
     check_gpt2_stall_on_sparse_records(lpdiag, d, check)
     check_gpt2_failure_after_the_schedule(lpdiag, d, check)
-    check_gpt2_guard_after_the_onset(lpdiag, d, check)
-    check_c3_cut_off_by_the_trace_end(lpdiag, d, check)
+    # Two checks read or rewrite the fixtures with h5py, which scripts/run-tests installs
+    # (python3-h5py) and the GPU machine's system Python lacks: skipped there, and said so.
+    skipped = []
+    for needs_h5py in (check_gpt2_guard_after_the_onset, check_c3_cut_off_by_the_trace_end):
+        if importlib.util.find_spec("h5py") is None:
+            skipped.append(needs_h5py.__name__)
+            print(f"skip {needs_h5py.__name__}: h5py is not installed")
+        else:
+            needs_h5py(lpdiag, d, check)
     for name in ("seed-none-6e-3", "seed-paper-6e-3"):
         j = analyze(lpdiag, f"{d}/{name}.h5", "--reference", f"{d}/fp32-6e-3.h5")
         run, ref = j["run"], j["reference"]
@@ -508,8 +516,14 @@ def main():
                                       "observed": False, "observe_every": 0, "observed_kernels": ""})
     check(f"gpt2-sdpa-bf16-2e-3 against gpt2-fp32-2e-3: a degradation, attributable ({ref['evidence'][:120]})",
           ref["attributable_to_attention_numerics"] is True and 20 <= int((re.search(r"(\d+)% above", ref["evidence"]) or [0, 0])[1]) <= 26)
-    print("FAIL" if bad else "ok")
-    return 1 if bad else 0
+    if bad:
+        print("FAIL")
+        return 1
+    if skipped:  # ctest reports the test as skipped (SKIP_RETURN_CODE 77), not as passed
+        print(f"SKIP: every other check passed; {', '.join(skipped)} need h5py (apt-get install python3-h5py)")
+        return 77
+    print("ok")
+    return 0
 
 
 if __name__ == "__main__":
