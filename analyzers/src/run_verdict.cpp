@@ -21,8 +21,9 @@
 //   a reference run on a plateau cannot show that other numerics saved a run.
 // - non_finite: the first infinite loss or nan_inf event.
 // - loss_explosion: the C5 spike, or a divergence (the loss_stall rule) that ends at twice the
-//   loss's best or more, or, where the records show neither, the Monitor's live loss_explosion
-//   alarm recorded in the trace (its running median of every step's loss reached twice its best).
+//   loss's best or more; or the Monitor's live loss_explosion alarm recorded in the trace (its
+//   running median of every step's loss reached twice its best), where the records show no loss
+//   failure by the alarm's step.
 #include "lpdiag/analyzers/run_verdict.hpp"
 
 #include <fmt/core.h>
