@@ -412,8 +412,8 @@ def main():
     check_gpt2_failure_at_1e_3_seed_10(lpdiag, d, check)
     check_gpt2_stall_on_sparse_records(lpdiag, d, check)
     check_gpt2_failure_after_the_schedule(lpdiag, d, check)
-    # Two checks read or rewrite the fixtures with h5py, which scripts/run-tests installs
-    # (python3-h5py) and the GPU machine's system Python lacks: skipped there, and said so.
+    # Two checks read or rewrite the fixtures with h5py. The build picks a Python that has it
+    # (LPDIAG_H5PY_PYTHON in tests/CMakeLists.txt); where none does, they are skipped, and said so.
     skipped = []
     for needs_h5py in (check_gpt2_guard_after_the_onset, check_c3_cut_off_by_the_trace_end):
         if importlib.util.find_spec("h5py") is None:
