@@ -104,15 +104,24 @@ double global_growth(const BinnedTrace& t) {
   return std::exp(rise_of(background(all, t.bins)));
 }
 
-LinkResult analyze_growth(const BinnedTrace& t) {
-  LinkResult best;
-  best.id = "C4";
-  best.name = "spectral growth of W_Q";
+namespace {
+
+LinkResult growth_link() {
+  LinkResult r;
+  r.id = "C4";
+  r.name = "spectral growth of W_Q";
+  return r;
+}
+
+// Every head whose growth is singled out, each as C4 would report it (present), in the order of
+// the series; where there is none, `absent` says what was seen.
+std::vector<LinkResult> singled_out_growths(const BinnedTrace& t, std::string& absent) {
+  std::vector<LinkResult> found;
   const int K = t.bins, smooth = std::max(1, K / 200);
   const auto all = log_sigmas(t);
   if (all.empty()) {
-    best.evidence = "the trace holds no sigma_1 of attn_q matrices";
-    return best;
+    absent = "the trace holds no sigma_1 of attn_q matrices";
+    return found;
   }
   // With fewer than three series there is no background to remove.
   const bool corrected = all.size() >= 3;
@@ -155,7 +164,6 @@ LinkResult analyze_growth(const BinnedTrace& t) {
   const double rise_med = corrected ? tools::median(finite_rises) : 0.0;
   const double rise_sd = corrected ? std::max(tools::robust_sd(finite_rises), 0.05) : 0.0;
   const double g_all = std::exp(rise_of(bg));
-  double best_growth = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& es = smoothed[i];
     // The change holds at least a twenty-fifth of the series' values (at least 3).
@@ -167,8 +175,7 @@ LinkResult analyze_growth(const BinnedTrace& t) {
     const double growth = end_level(es) - (std::isfinite(pre) ? pre : f.a + f.s * f.tau);
     if (!(growth >= std::log(1.3) && growth > 6 * noise)) continue;
     if (corrected && !(rises[i] - rise_med > 6 * rise_sd) && !stands_out_since(growth, f.tau)) continue;  // not singled out
-    if (growth <= best_growth) continue;
-    best_growth = growth;
+    LinkResult& best = found.emplace_back(growth_link());
     const double margin = std::max(3 * noise / std::sqrt(2.0 * smooth + 1), std::max(std::log(1.02), growth / 25));
     int onset = cp::walk_back_onset(es, f, margin, +1);
     // Not back past where the series sat at its level just before the change: the drift line
@@ -198,11 +205,33 @@ LinkResult analyze_growth(const BinnedTrace& t) {
                               : fmt::format("sigma_1 of W_Q layer {}{} grew {:.2f}x from step {}", t.layers[s.layer], head, std::exp(growth),
                                             best.onset_step);
   }
-  if (!best.present)
-    best.evidence = corrected ? "no W_Q head whose sigma_1 grew >= 1.3x beyond the others and stood out" +
-                                    (std::isfinite(g_all) ? fmt::format("; the median head grew {:.2f}x over the run", g_all) : std::string())
-                              : "no W_Q whose sigma_1 grew >= 1.3x and kept growing";
-  return best;
+  if (found.empty())
+    absent = corrected ? "no W_Q head whose sigma_1 grew >= 1.3x beyond the others and stood out" +
+                             (std::isfinite(g_all) ? fmt::format("; the median head grew {:.2f}x over the run", g_all) : std::string())
+                       : "no W_Q whose sigma_1 grew >= 1.3x and kept growing";
+  return found;
+}
+
+}  // namespace
+
+LinkResult analyze_growth(const BinnedTrace& t) {
+  std::string absent;
+  const auto found = singled_out_growths(t, absent);
+  // The largest growth (the first of equals).
+  const LinkResult* best = nullptr;
+  for (const auto& g : found)
+    if (!best || g.effect > best->effect) best = &g;
+  if (best) return *best;
+  LinkResult none = growth_link();
+  none.evidence = absent;
+  return none;
+}
+
+std::vector<LinkResult> growing_heads(const BinnedTrace& t, std::int64_t layer_index) {
+  std::string absent;
+  auto found = singled_out_growths(t, absent);
+  std::erase_if(found, [&](const LinkResult& g) { return g.layer_index != layer_index; });
+  return found;
 }
 
 }  // namespace lpdiag::analysis

@@ -338,7 +338,31 @@ ChainResult reconstruct_chain(const BinnedTrace& full, double bias_z) {
                                      "at step {} (C1's margin {:.4f}), which stepped up further at step {}",
                                      lv.rate, c1.layer_index, c1.head, c2.onset_step, lv.margin, c1.onset_step));
   }
-  if (c3.present && after(c2, c3)) return out_of_order(c2, c3);
+  // C3 before this head's bias sets an order only where the layer's step up can be this head's.
+  // Two heads of one layer can go through the mechanism in turn. Where another head of the layer,
+  // one whose growth C4 singles out, was growing at C3's onset (its sigma_1 beyond the median
+  // head's, over the tolerance after the onset, at least 1.3x, C4's own minimum, what it was over
+  // the tolerance before), the layer's aligned update may be that head's, and C3's onset dates
+  // nothing for this one; the bias must still precede the growth and the failure.
+  if (c3.present && after(c2, c3)) {
+    const std::size_t slot = t.layer_slot(c3.layer_index);
+    auto rise_across = [&](std::int64_t head) {
+      const auto e = excess_log_sigma(t, slot, head);
+      const int lo = std::max(0, c3.onset_bin - tol), hi = std::min(t.bins, c3.onset_bin + tol);
+      return tools::median(tools::finite_values(e, c3.onset_bin, hi)) - tools::median(tools::finite_values(e, lo, c3.onset_bin));
+    };
+    std::int64_t other = -1;
+    double rise = 0;
+    for (const auto& g : growing_heads(t, c3.layer_index))
+      if (g.head >= 0 && g.head != c2.head && g.head != c4.head)
+        if (const double r = rise_across(g.head); std::isfinite(r) && r >= std::log(1.3) && r > rise) other = g.head, rise = r;
+    if (other < 0) return out_of_order(c2, c3);
+    c.findings.push_back(fmt::format("C3's onset (step {}, layer {}'s whole W_Q update) comes before the bias of head {} (step {}), but "
+                                     "head {} of that layer was growing then (its sigma_1 rose {:.2f}x against the median head's over "
+                                     "steps {}..{}): the layer's step up may be that head's, so it sets no order against this head's bias",
+                                     c3.onset_step, c3.layer_index, c2.head, c2.onset_step, other, std::exp(rise),
+                                     t.bin_step(std::max(0, c3.onset_bin - tol)), t.bin_step(std::min(t.bins - 1, c3.onset_bin + tol))));
+  }
   if (after(c2, c4)) return out_of_order(c2, c4);
   if (c3.present && after(c3, c5)) return out_of_order(c3, c5);
   if (after(c4, c5)) return out_of_order(c4, c5);

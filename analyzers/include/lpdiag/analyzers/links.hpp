@@ -38,6 +38,8 @@ LinkResult analyze_bias(const BinnedTrace& t, double z_threshold = 4.0, std::int
 LinkResult analyze_updates(const BinnedTrace& t, std::int64_t only_layer = -1);
 // C4: sustained growth of sigma_1 of a W_Q head slice, with its change point.
 LinkResult analyze_growth(const BinnedTrace& t);
+// Every head of layer `layer_index` whose growth C4 singles out, each as C4 would report it.
+std::vector<LinkResult> growing_heads(const BinnedTrace& t, std::int64_t layer_index);
 // log sigma_1 of one W_Q head slice (whole W_Q without head slices) minus the median over all
 // heads: the growth C4 measures (NaN where unmeasured).
 std::vector<double> excess_log_sigma(const BinnedTrace& t, std::size_t layer, std::int64_t head);
