@@ -187,6 +187,19 @@ int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, d
   return onset;
 }
 
+int departure_within_ramp(const std::vector<double>& x, const Fit& f, double margin, double sign) {
+  if (!f.ok || f.width <= 0) return f.tau;
+  const int K = static_cast<int>(x.size());
+  auto beyond = [&](int b) { return sign * (x[b] - f.a - f.s * b) >= margin; };
+  for (int b = f.tau; b < std::min(K, f.tau + f.width); ++b) {
+    if (!std::isfinite(x[b]) || !beyond(b)) continue;
+    int next = b + 1;
+    while (next < K && !std::isfinite(x[next])) ++next;
+    if (next == K || beyond(next)) return b;
+  }
+  return f.tau;
+}
+
 int min_bins_after_change(int K) { return std::max(3, K / 25); }
 
 Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_change, bool on_mean) {
@@ -219,7 +232,9 @@ Rise sustained_rise(const std::vector<double>& x, double noise_sds, double min_c
     if (std::isfinite(xs[b]))  // sustained: the later bins hold at least half the change
       ++n, up += std::isfinite(raw_before) ? xs[b] - raw_before > r.d / 2 : xs[b] - f.a - f.s * b > effect_at(f, b) / 2;
   if (n == 0 || up < 0.7 * n) return r;
-  r.onset = walk_back_onset(xs, f, std::max(3 * r.noise / std::sqrt(2.0 * smooth + 1), r.d / 10), +1);
+  const double leave = std::max(3 * r.noise / std::sqrt(2.0 * smooth + 1), r.d / 10);
+  r.onset = walk_back_onset(xs, f, leave, +1);
+  if (r.onset == f.tau) r.onset = departure_within_ramp(xs, f, leave, +1);
   r.before = std::isfinite(raw_before) ? raw_before : f.a + f.s * r.onset;
   r.after = tools::mean_of(x, f.tau, K);
   r.ok = true;

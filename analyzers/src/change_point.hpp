@@ -46,10 +46,17 @@ double step_effect(const Fit& f);
 // Walks back from f.tau to the first bin from which `x` (smoothed) stays at least `margin`
 // beyond the pre-change trend in the direction `sign` (+1 rise, -1 fall), up to tau.
 int walk_back_onset(const std::vector<double>& x, const Fit& f, double margin, double sign);
+// A ramp's fitted start can lie before the series leaves its trend: a least-squares line through
+// a rise in stages (a rate that steps up a little, then more, then drifts on up through a loss
+// explosion) starts where none of the stages has begun. Where the series at f.tau is not yet
+// `margin` beyond the trend, the first bin of the ramp from which it is, and is at the next bin
+// with data; f.tau where there is none, or for a step or a hinge.
+int departure_within_ramp(const std::vector<double>& x, const Fit& f, double margin, double sign);
 
 // A sustained rise of a rate-like series (no drift term): a step or ramp up of at least
 // max(noise_sds noise s.d., min_change), with >= 70% of the bins after it above half the fitted
-// change; onset walked back to where the series leaves its level. With `on_mean`, the noise is
+// change; onset walked back to where the series leaves its level (or, for a ramp fitted to start
+// before it does, forward to there: departure_within_ramp). With `on_mean`, the noise is
 // that of the mean level after the change (the bin noise over the root of the bins from the fitted
 // change to the end): for per-record statistics whose bins scatter widely around a level that
 // moves clearly (a singular-vector similarity: bin noise ~0.1 on the H200 runs).
