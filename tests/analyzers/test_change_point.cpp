@@ -2,7 +2,7 @@
 // fitted to the last few bins of a series (before a NaN, or at the end of the run) reports the
 // change it reaches by the last bin (gen2 seed 42041: a repeated-max rate that rose ~0.001 over
 // the last 6 bins before the loss turned NaN was fitted with a 29-bin ramp and called a trigger
-// of +0.011, six times what happened). Fresh seeds, printed.
+// of +0.011, six times what happened). Fixed seeds, printed.
 #include <cmath>
 #include <cstdio>
 #include <random>
