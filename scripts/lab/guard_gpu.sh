@@ -18,13 +18,19 @@
 # fp32 and no switch, and with layer 1 switched at step 50 (--guard-at 50:1); for lpdiag's
 # seed-mma kernels and for PyTorch's SDPA.
 # Logs, the alarms, analyze's verdict and the trace (split in 15 MB parts: cat guard-*.h5.part-* > trace) under $OUT.
+# SKIP_BUILD=1: the build is there already (guard_gpu_many.sh, which runs several of these at once);
+# PACK=1: the trace packed losslessly by scripts/pack-trace to NAME.h5.xz (about 5.5 MB for 6,000
+# steps, some 40 s of one core; `xz -d` gives a trace whose values, alarms and analysis are the
+# full trace's) instead of split.
 set -u
 OUT=${OUT:-out/guard}
 mkdir -p "$OUT"
 B=build-gpu
 if [ ! -f $B/build.ninja ]; then source "$(dirname "$0")/gpu_configure.sh"; fi
-echo "== build $(date +%T)"
-ninja -C $B lpdiag_torch lpdiag_cli gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+if [ -z "${SKIP_BUILD:-}" ]; then
+  echo "== build $(date +%T)"
+  ninja -C $B lpdiag_torch lpdiag_cli gpt2_train >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+fi
 G="$B/examples/gpt2/gpt2_train --device cuda --n-layer 12 --n-head 12 --n-embd 768 --block 1024 --batch 16 --autocast"
 if [ "${MODE:-run}" = cost ]; then
   echo "== guard cost A/B $(date +%T)"
@@ -81,6 +87,10 @@ $B/tools/lpdiag alarm "$OUT/$name.h5" --json >"$OUT/$name.alarm.json" 2>&1
 $B/tools/lpdiag alarm "$OUT/$name.h5" --json --thresholds slow-trigger >"$OUT/$name.alarm-slow-trigger.json" 2>&1
 $B/tools/lpdiag alarm "$OUT/$name.h5" --json --thresholds odds-trigger >"$OUT/$name.alarm-odds-trigger.json" 2>&1
 ls -la "$OUT/$name.h5"
-split -b 15000000 -d "$OUT/$name.h5" "$OUT/$name.h5.part-" && rm "$OUT/$name.h5"
-rm -f "$OUT/build.log" "$OUT/configure.log"  # at most 8 files come back
+if [ -n "${PACK:-}" ]; then
+  python3 scripts/pack-trace "$OUT/$name.h5" "$OUT/$name.h5.xz" && rm "$OUT/$name.h5"
+else
+  split -b 15000000 -d "$OUT/$name.h5" "$OUT/$name.h5.part-" && rm "$OUT/$name.h5"
+fi
+[ -n "${SKIP_BUILD:-}" ] || rm -f "$OUT/build.log" "$OUT/configure.log"  # at most 8 files come back
 echo "== done $(date +%T)"
