@@ -11,7 +11,8 @@
 # left, and the jobs not started are named. At most 8 files come back from a call, 64 MiB in all:
 # logs.tar (each job's log, analyze verdict, alarm JSONs and console output) and one trace per
 # job, split as guard_gpu.sh splits it for up to 4 jobs, packed losslessly (PACK=1, about 5.5 MB
-# each) for 5 to 7. Not yet run on a machine of several GPUs (none was lent when it was written).
+# each) for 5 to 7; `xz -d` restores a packed one, and its alarm corpus entry records the SHA-256 of
+# that restored file. Not yet run on a machine of several GPUs (none was lent when it was written).
 # DRY=1 prints the plan and runs nothing (GPUS=N stands in for nvidia-smi).
 set -u
 cd "$(dirname "$0")/../.."
