@@ -253,14 +253,14 @@ void merge_bins(BinnedTrace& into, const BinnedTrace& part) {
 // nan_inf events (few, read whole) mark non-finite values the rows cannot show: a NaN loss is
 // "not measured" in the rows, and the event says it was computed. The first one, from the rows
 // or an event, is the run's non-finite onset.
-void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& bt) {
+void add_nonfinite_events(const std::vector<std::vector<TraceEvent>>& events, BinnedTrace& bt) {
   const auto K = static_cast<std::size_t>(bt.bins);
   std::int64_t first = INT64_MAX;
   std::string what;
   for (std::size_t k = 0; k < K; ++k)
     if (bt.steps[k].first_nonfinite_step < first) first = bt.steps[k].first_nonfinite_step, what = "an infinite loss";
-  for (const auto& r : readers)
-    for (const TraceEvent& e : r.events()) {
+  for (const auto& file_events : events)
+    for (const TraceEvent& e : file_events) {
       if (e.kind != "nan_inf") continue;
       const double x = double(e.step - bt.first_step) / bt.bin_width;
       StepBin& sb = bt.steps[std::min<std::size_t>(K - 1, static_cast<std::size_t>(std::max(0.0, x)))];
@@ -271,14 +271,22 @@ void add_nonfinite_events(const std::vector<TraceReader>& readers, BinnedTrace& 
   if (first != INT64_MAX) bt.first_nonfinite_step = first, bt.nonfinite_evidence = what;
 }
 
-void add_live_loss_alarm(const std::vector<TraceReader>& readers, BinnedTrace& bt) {
+void add_live_loss_alarm(const std::vector<std::vector<TraceEvent>>& events, BinnedTrace& bt) {
   static const std::string prefix = "loss_explosion: ";
-  for (const auto& r : readers)
-    for (const TraceEvent& e : r.events()) {
+  for (const auto& file_events : events)
+    for (const TraceEvent& e : file_events) {
       if (e.kind != "alarm" || e.message.rfind(prefix, 0) != 0) continue;
       if (bt.live_loss_alarm_step < 0 || e.step < bt.live_loss_alarm_step)
         bt.live_loss_alarm_step = e.step, bt.live_loss_alarm = e.message.substr(prefix.size());
     }
+}
+
+// Each file's events are read once, for both uses.
+void add_events(const std::vector<TraceReader>& readers, BinnedTrace& bt) {
+  std::vector<std::vector<TraceEvent>> events;
+  for (const auto& r : readers) events.push_back(r.events());
+  add_nonfinite_events(events, bt);
+  add_live_loss_alarm(events, bt);
 }
 
 }  // namespace detail
@@ -300,8 +308,7 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
   workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(workers), ranges.size()));
   for (const auto& r : readers) r.hint_sparse_reads();
   if (workers > 1 && detail::bin_in_workers(readers, ranges, workers, bt, progress)) {
-    detail::add_nonfinite_events(readers, bt);
-    detail::add_live_loss_alarm(readers, bt);
+    detail::add_events(readers, bt);
     return bt;
   }
 
@@ -310,8 +317,7 @@ BinnedTrace bin_traces(const std::vector<std::string>& paths, int max_bins, cons
     done += n;
     if (progress && bt.records > 0) progress(double(done) / double(bt.records));
   });
-  detail::add_nonfinite_events(readers, bt);
-  detail::add_live_loss_alarm(readers, bt);
+  detail::add_events(readers, bt);
   return bt;
 }
 
