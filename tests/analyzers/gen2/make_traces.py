@@ -172,6 +172,9 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
         upto = on[4] if on[4] > on[3] else T
         inc *= growth / max(inc[:upto].sum(), 1e-12)
         log_sig[:, pl, ph] += np.cumsum(inc)
+        # Where the planted excess reached 1%, 2% and 4% of its total: the level's view of the
+        # onset (the truth above is the rate's). No draw, so the traces are unchanged.
+        growth_level = {q: int(np.nonzero(np.cumsum(inc) >= q * growth)[0][0]) for q in (0.01, 0.02, 0.04)}
     if real_like:  # the heads part early, each by its own factor, and level off
         part = rng_real.uniform(0.0, math.log(4.5), size=(L, H))
         tau0 = rng_real.uniform(0.01, 0.05)
@@ -325,7 +328,8 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
              "head": ph if (on[0] >= 0 or on[1] >= 0 or on[3] >= 0) else None,
              "onset_step": [int(steps[k]) if k >= 0 else None for k in on],
              "non_finite_step": int(steps[nan_from]) if nan_from >= 0 else None,
-             "divergence_step": int(steps[divergence]) if divergence >= 0 else None}
+             "divergence_step": int(steps[divergence]) if divergence >= 0 else None,
+             "growth_level_step": {q: int(steps[k]) for q, k in growth_level.items()} if on[3] >= 0 else None}
     return truth
 
 
