@@ -171,10 +171,11 @@ def write_trace(path, seed, kind, delta_every=1, real_like=False, weights_every=
         # The planted growth is reached by the failure it leads to (on[4]), and goes on after.
         upto = on[4] if on[4] > on[3] else T
         inc *= growth / max(inc[:upto].sum(), 1e-12)
-        log_sig[:, pl, ph] += np.cumsum(inc)
+        planted = np.cumsum(inc)
+        log_sig[:, pl, ph] += planted
         # Where the planted excess reached 1%, 2% and 4% of its total: the level's view of the
         # onset (the truth above is the rate's). No draw, so the traces are unchanged.
-        growth_level = {q: int(np.nonzero(np.cumsum(inc) >= q * growth)[0][0]) for q in (0.01, 0.02, 0.04)}
+        growth_level = {q: int(np.nonzero(planted >= q * growth)[0][0]) for q in (0.01, 0.02, 0.04)}
     if real_like:  # the heads part early, each by its own factor, and level off
         part = rng_real.uniform(0.0, math.log(4.5), size=(L, H))
         tau0 = rng_real.uniform(0.01, 0.05)
