@@ -358,7 +358,7 @@ void Monitor::start() {
                              "records what ran\n",
                      static_cast<long long>(a.layer_index), a.policy.c_str(), a.fix.c_str(), s.policy.c_str(), s.fix_json.c_str());
         contradicted.push_back({0, "declared_numerics_contradicted", static_cast<std::int32_t>(a.layer_index), -1, NAN,
-                                ("declared policy " + a.policy + " fix " + a.fix).substr(0, 120)});
+                                "declared policy " + a.policy + " fix " + a.fix});
       }
       a.policy = s.policy, a.fix = s.fix_json, a.spec = recorded_spec(a.layer_index, s.json);
     } else if (!declared_.count(a.layer_index)) {
@@ -500,7 +500,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
     CounterSink::Spec s;
     if (CounterSink::instance().reported_spec(session_base_ + a.layer_index, s) && (s.policy != a.policy || s.fix_json != a.fix)) {
       writer_->add_event({step, "attention_spec", static_cast<std::int32_t>(a.layer_index), -1, NAN,
-                          ("policy " + s.policy + " fix " + s.fix_json).substr(0, 120)});
+                          "policy " + s.policy + " fix " + s.fix_json});
       a.policy = s.policy, a.fix = s.fix_json;  // reported once per change
       recorded_spec(a.layer_index, s.json);
     }
@@ -518,7 +518,7 @@ bool Monitor::record(int64_t step, const torch::Tensor& loss, double lr, const t
                           "attention counters of a layer id (value) no Monitor holds"});
     }
   for (const auto& [id, why] : CounterSink::instance().drain_skips(session_base_, session_base_ + kSessionLayers))
-    writer_->add_event({step, "observe_skipped", static_cast<std::int32_t>(id - session_base_), -1, NAN, why.substr(0, 120)});
+    writer_->add_event({step, "observe_skipped", static_cast<std::int32_t>(id - session_base_), -1, NAN, why});
   fetch->counters_due = due("attention");
   lap(2);
   const bool wd = due("weights"), ud = due("updates"), stats = wd || ud;
@@ -682,7 +682,7 @@ void Monitor::guard_layer(int64_t layer, std::string guard) {
   manual_guards_.push_back(layer);
   if (writer_)
     writer_->add_event({last_step_, "guard_switch", static_cast<std::int32_t>(layer), -1, NAN,
-                        (guard + ": by guard_layer(); layer " + std::to_string(layer) + " switched from the next step").substr(0, 127)});
+                        guard + ": by guard_layer(); layer " + std::to_string(layer) + " switched from the next step"});
 }
 
 // The alarm on one appended record. Whatever happens here never stops training: a guard that cannot
@@ -711,10 +711,10 @@ void Monitor::run_alarm(const TraceRecord& r) {
         note = "; the guard could not switch layer " + std::to_string(a.layer_index) + ": " + e.what();
       }
       writer_->add_event({r.step, guarded ? "guard_switch" : "guard_failed", static_cast<std::int32_t>(a.layer_index),
-                          static_cast<std::int32_t>(a.head), NAN, (guard_ + ": " + a.kind + note).substr(0, 127)});
+                          static_cast<std::int32_t>(a.head), NAN, guard_ + ": " + a.kind + note});
     }
     writer_->add_event({r.step, "alarm", static_cast<std::int32_t>(a.layer_index), static_cast<std::int32_t>(a.head), NAN,
-                        (a.kind + ": " + a.evidence).substr(0, 127)});
+                        a.kind + ": " + a.evidence});
     std::fprintf(stderr, "lpdiag.Monitor: ALARM at step %lld: %s: %s%s\n", static_cast<long long>(a.step), a.kind.c_str(),
                  a.evidence.c_str(), note.c_str());
     alarms_.emplace_back(a, guarded);

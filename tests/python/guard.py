@@ -116,6 +116,12 @@ with tempfile.TemporaryDirectory() as d:
     out = subprocess.run([cli, "analyze", f"{d}/guard.h5"], capture_output=True, text=True)
     check("analyze shows the alarm and the switch", "alarm at step 12 (layer 1)" in out.stdout and "guard at step 12 (layer 1)" in out.stdout,
           out.stdout)
+    alarm_line = next((ln for ln in out.stdout.splitlines() if ln.startswith("alarm at step 12")), "")
+    # This collapse alarm's evidence is longer than the event's 128 bytes: the trace keeps it cut at a
+    # word, marked, and analyze says where the whole of it is.
+    check("analyze shows a cut alarm marked, and points to its whole evidence",
+          alarm_line.endswith("...") and not alarm_line[:-3].endswith(" ")
+          and f"(an alarm's whole evidence: lpdiag alarm {d}/guard.h5)" in out.stdout, out.stdout)
     out = subprocess.run([cli, "analyze", f"{d}/guard.h5", "--json"], capture_output=True, text=True)
     j = json.loads(out.stdout)
     check("analyze --json lists them", [a["layer_index"] for a in j["alarms"]] == [1]

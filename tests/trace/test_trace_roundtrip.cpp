@@ -113,7 +113,7 @@ TEST_CASE("a trace round-trips: metadata, layout, every series, unmeasured fill,
   CHECK(ev[1].value == 3.5);
   CHECK(ev[1].message == "message 50");
   CHECK(ev[5].kind.size() == 31);
-  CHECK(ev[5].message.size() == 127);
+  CHECK(ev[5].message == std::string(124, 'm') + "...");  // one word: cut at a character, marked
 
   CHECK_THROWS_AS(r.series("/scalars/loss", n - 1, 2), InvalidArgument);
   CHECK_THROWS_AS(r.series("/scalars/nope", 0, 1), InvalidArgument);

@@ -110,6 +110,11 @@ std::vector<std::string> alarm_lines(const AnalyzedRun& run) {
     else if (e.kind == "guard_switch") out.push_back(fmt::format("guard at step {}{}: {}", e.step, where, e.message));
     else out.push_back(fmt::format("guard FAILED at step {}{}: {}", e.step, where, e.message));
   }
+  const auto cut = [](const TraceEvent& e) {
+    return e.kind == "alarm" && e.message.size() >= 3 && e.message.compare(e.message.size() - 3, 3, "...") == 0;
+  };
+  if (std::any_of(run.alarm_events.begin(), run.alarm_events.end(), cut))
+    out.push_back(fmt::format("(an alarm's whole evidence: lpdiag alarm {})", run.t.files.front()));
   return out;
 }
 

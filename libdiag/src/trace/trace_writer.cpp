@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <csignal>
+#include "lpdiag/trace/event_text.hpp"
 #include "lpdiag/trace/writer_lock.hpp"
 
 #include <cerrno>
@@ -494,7 +495,7 @@ void TraceWriter::Impl::report_failure(const std::string& msg, bool from_flusher
     e.layer_index = -1;
     e.head = -1;
     e.value = std::nan("");
-    std::strncpy(e.message, msg.c_str(), sizeof e.message - 1);
+    std::strncpy(e.message, fit_event_text(msg, sizeof e.message).c_str(), sizeof e.message - 1);
     std::vector<schema::EventRow> one(1, e);
     write_event_rows(one);
     H5Fflush(file.get(), H5F_SCOPE_LOCAL);
@@ -592,7 +593,7 @@ void TraceWriter::add_event(const TraceEvent& ev) {
   e.layer_index = ev.layer_index;
   e.head = ev.head;
   e.value = ev.value;
-  std::strncpy(e.message, ev.message.c_str(), sizeof e.message - 1);
+  std::strncpy(e.message, fit_event_text(ev.message, sizeof e.message).c_str(), sizeof e.message - 1);
   s.pending_events.push_back(e);
 }
 

@@ -47,7 +47,7 @@ struct TraceEvent {
   std::int32_t layer_index = -1;
   std::int32_t head = -1;
   double value = std::numeric_limits<double>::quiet_NaN();
-  std::string message;  // <= 127 bytes; longer text is cut
+  std::string message;  // <= 127 bytes; longer text is cut at a word and ends in "..." (fit_event_text)
 };
 
 }  // namespace lpdiag
