@@ -129,6 +129,8 @@ with tempfile.TemporaryDirectory() as d:
     subprocess.run([cli, "report", f"{d}/guard.h5", "-o", f"{d}/guard.html"], capture_output=True, text=True)
     html = open(f"{d}/guard.html").read() if os.path.exists(f"{d}/guard.html") else ""
     check("the report shows the switch", "<b>guard</b> at step 12 (layer 1)" in html, html[:300])
+    check("the report points a cut alarm to its whole evidence, unbolded",
+          f"<p class=\"open\">(an alarm's whole evidence: lpdiag alarm {d}/guard.h5)</p>" in html, html[-1500:])
 
     # A layer already switched (here by hand, at step 5) that alarms: it stays as it is, the alarm
     # counts as guarded, and no second switch is written.

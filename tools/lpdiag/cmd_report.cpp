@@ -159,8 +159,13 @@ int run_report(const ReportArgs& a) {
                                                   : std::string("<h2 class=\"open\">Run healthy by the failure rules, with a warning</h2>"))
                         : fmt::format("<h2 class=\"found\">Run FAILED: {} from step {}</h2><p>{}</p>", html_escape(c.run.failure.kind),
                                       c.run.failure.onset_step, html_escape(c.run.failure.evidence));
-  // Each alarm line's first word in bold ("alarm", "guard"); the thresholds line's label whole.
+  // Each alarm line's first word in bold ("alarm", "guard"); the thresholds line's label whole; the
+  // pointer to a cut alarm's whole evidence, "(...)", plain.
   for (const auto& line : alarm_lines(run)) {
+    if (line.rfind("(", 0) == 0) {
+      html += "<p class=\"open\">" + html_escape(line) + "</p>";
+      continue;
+    }
     const auto cut = line.rfind("live alarm thresholds:", 0) == 0 ? line.find(':') : line.find(' ');
     html += "<p class=\"open\"><b>" + html_escape(line.substr(0, cut)) + "</b>" + html_escape(line.substr(cut)) + "</p>";
   }
